@@ -1,0 +1,155 @@
+"""The op registry: the one place that says everything about an op.
+
+An :class:`OpDef` declares an op's signature (tensor arguments, then attributes), its shape and
+dtype rule, the hardware unit it runs on, its cost inputs, and its NumPy kernel. The checker,
+the lowering pass, the cost model, the interpreter and the emulator all read ops from here and
+nowhere else, so adding an op is one ``register(OpDef(...))`` in :mod:`rtgraph.ops.catalog`.
+
+Conventions every op follows:
+
+* ``infer(types, attrs) -> TensorType`` raises :class:`OpError` for operands or attributes that
+  do not fit, naming the offending argument (``arg``) or attribute (``attr``) so the checker can
+  point at it.
+* ``kernel(arrays, attrs) -> ndarray`` receives arrays in *value form* (see :mod:`rtgraph.dtypes`)
+  and may return any NumPy array; :func:`run_kernel` rounds the result once to the output dtype.
+  Kernels are vectorised NumPy; f16/bf16 matmul-like ops compute in f32 through BLAS.
+* ``cost(types, out, attrs) -> Cost`` gives flops and bytes moved, for the cost model.
+* Attributes arrive validated and defaulted (``AttrSpec``); ``axis`` values are normalised by
+  the op's rule, not by the checker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import numpy as np
+
+from ..dtypes import to_value
+from ..ir import TensorType
+
+AttrKind = Literal["int", "float", "bool", "ints", "dtype", "enum", "axes", "names", "unit"]
+REQUIRED: Any = object()
+
+
+@dataclass(frozen=True)
+class AttrSpec:
+    """One keyword attribute: its kind, default (``REQUIRED`` if none) and allowed values.
+
+    Kinds: ``int``, ``float`` (ints accepted), ``bool``, ``ints`` (a list of ints), ``axes``
+    (an int or a list of ints), ``dtype`` (a dtype name), ``enum`` (an identifier from
+    ``choices``), ``names`` (a list of tensor/buffer names), ``unit`` (cube/vector/dma).
+    """
+
+    kind: AttrKind
+    default: Any = REQUIRED
+    choices: tuple[str, ...] = ()
+    doc: str = ""
+
+    @property
+    def required(self) -> bool:
+        return self.default is REQUIRED
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What a task does, for the cost model: arithmetic and bytes moved to and from memory."""
+
+    flops: int
+    bytes_read: int
+    bytes_written: int
+
+
+class OpError(Exception):
+    """Raised by an op's rule: operands or attributes that do not fit.
+
+    ``arg`` is the index of the offending tensor argument, ``attr`` the name of the offending
+    attribute; the checker turns this into a located :class:`~rtgraph.errors.CheckError`.
+    ``kind`` is ``"shape"``, ``"dtype"`` or ``"attr"``.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        hint: str | None = None,
+        arg: int | None = None,
+        attr: str | None = None,
+        kind: Literal["shape", "dtype", "attr"] = "shape",
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.arg = arg
+        self.attr = attr
+        self.kind = kind
+
+
+Unit = Literal["cube", "vector", "dma", "layout", "synthetic"]
+
+
+@dataclass(frozen=True)
+class OpDef:
+    """Everything about one op.
+
+    ``unit`` is the hardware unit (``layout`` ops are views where the layout allows and a
+    Vector copy otherwise; ``synthetic`` is the ``kernel`` op, whose unit is an attribute).
+    ``min_args``/``max_args`` bound the tensor arguments (``max_args`` None: variadic).
+    ``positional_attrs`` name attributes that may also be given positionally after the
+    tensor arguments (``reshape(x, [S, D])``, ``transpose(x, [1, 0])``, ``scale(x, 0.5)``).
+    """
+
+    name: str
+    unit: Unit
+    min_args: int
+    max_args: int | None
+    infer: Callable[[Sequence[TensorType], Mapping[str, Any]], TensorType]
+    cost: Callable[[Sequence[TensorType], TensorType, Mapping[str, Any]], Cost]
+    kernel: Callable[[Sequence[np.ndarray], Mapping[str, Any]], np.ndarray] | None
+    attrs: Mapping[str, AttrSpec] = field(default_factory=dict)
+    positional_attrs: tuple[str, ...] = ()
+    doc: str = ""
+
+    def unit_for(self, attrs: Mapping[str, Any]) -> str:
+        """The unit a task of this op runs on (``layout`` copies run on the Vector unit)."""
+        if self.unit == "synthetic":
+            return str(attrs["unit"])
+        return "vector" if self.unit == "layout" else self.unit
+
+
+OPS: dict[str, OpDef] = {}
+
+
+def register(op: OpDef) -> OpDef:
+    if op.name in OPS:
+        raise ValueError(f"op {op.name!r} registered twice")
+    OPS[op.name] = op
+    return op
+
+
+def lookup(name: str) -> OpDef | None:
+    _load_catalog()
+    return OPS.get(name)
+
+
+def all_ops() -> dict[str, OpDef]:
+    _load_catalog()
+    return OPS
+
+
+def run_kernel(
+    op: OpDef, arrays: Sequence[np.ndarray], attrs: Mapping[str, Any], out: TensorType
+) -> np.ndarray:
+    """Apply ``op``'s kernel and round the result once to ``out``'s dtype (value form)."""
+    if op.kernel is None:
+        raise TypeError(f"op {op.name!r} has no kernel")
+    result = to_value(op.kernel(arrays, attrs), out.dtype)
+    if result.shape != out.shape:
+        result = np.broadcast_to(result, out.shape)
+    return result
+
+
+def _load_catalog() -> None:
+    if not OPS:
+        from . import catalog  # noqa: F401  (registers every op on import)
