@@ -65,7 +65,8 @@ class Tensor:
     ``kind`` says where it comes from: a host ``input``, a ``param`` (weights, resident on the
     device), a ``const`` scalar (``value`` holds it), an op's result (``value``), a raw
     ``buffer`` (``address`` fixed when the program gave one; type ``i8[bytes]``), or the
-    ``token`` of a synthetic kernel.
+    ``token`` of a synthetic kernel. ``pinned`` is False for an ``input`` declared
+    ``@pageable`` (its host copy is then synchronous).
     """
 
     name: str
@@ -76,6 +77,7 @@ class Tensor:
     alloc: AllocHint = "auto"
     value: float | None = None
     address: int | None = None
+    pinned: bool = True
 
     @property
     def label(self) -> str:
@@ -156,6 +158,7 @@ class Program:
     outputs: list[str]
     streams: list[str] = field(default_factory=list)
     events: list[str] = field(default_factory=list)
+    stream_priorities: dict[str, int] = field(default_factory=dict)
     source: Source | None = None
 
     # --- views ---------------------------------------------------------------------------
