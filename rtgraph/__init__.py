@@ -1,11 +1,27 @@
 """rtgraph: compile and run operator programs on an emulated NPU.
 
-Source → AST → IR (:mod:`rtgraph.ir`) → task DAG → passes → stream program
-(:mod:`rtgraph.stream_program`) → emulator → results → reports.
+Source → AST → IR (:mod:`rtgraph.ir`) → task DAG (:mod:`rtgraph.taskgraph`) → passes
+(:mod:`rtgraph.compiler`) → stream program (:mod:`rtgraph.stream_program`) → emulator →
+results → reports. The functions below run one stage each; see :mod:`rtgraph.api`.
 """
 
-from .errors import RtgError
+from .api import compare, compile, device, load, parse, run
+from .errors import RtgError, RtgErrors
+from .ir import Program
+from .stream_program import StreamProgram
 
 __version__ = "0.1.0"
 
-__all__ = ["RtgError", "__version__"]
+__all__ = [
+    "Program",
+    "RtgError",
+    "RtgErrors",
+    "StreamProgram",
+    "__version__",
+    "compare",
+    "compile",
+    "device",
+    "load",
+    "parse",
+    "run",
+]

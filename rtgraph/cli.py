@@ -1,0 +1,330 @@
+"""The ``rtgraph`` command line.
+
+Exit status: 0 success, 1 a user error in the input (reported as ``file:line:col: error: …``),
+2 a usage error. Files are written whole or not at all (:func:`write_output`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from .errors import RtgError, UsageError
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # argparse's own usage errors → exit 2
+        self.print_usage(sys.stderr)
+        print(f"rtgraph: error: {message}", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def write_output(path: str | os.PathLike, data: str | bytes) -> None:
+    """Write ``data`` to ``path`` atomically: a temporary file in the same folder, renamed."""
+    target = Path(path)
+    if target.parent and not target.parent.exists():
+        raise UsageError(f"cannot write {path}: folder {target.parent} does not exist")
+    mode = "wb" if isinstance(data, bytes) else "w"
+    fd, tmp = tempfile.mkstemp(dir=target.parent or ".", prefix=f".{target.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, mode) as f:
+            f.write(data)
+        os.replace(tmp, target)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def _params(pairs: Sequence[str] | None) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for pair in pairs or ():
+        name, sep, value = pair.partition("=")
+        if not sep or not name.isidentifier():
+            raise UsageError(f"-D {pair}: expected NAME=VALUE", hint="for example: -D S=1024")
+        try:
+            out[name] = int(value, 0)
+        except ValueError:
+            raise UsageError(f"-D {pair}: {value!r} is not an integer") from None
+    return out
+
+
+def _add_program_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("file", help="a .rtg program")
+    p.add_argument(
+        "-D",
+        dest="define",
+        action="append",
+        metavar="NAME=VALUE",
+        help="set a program parameter (repeatable)",
+    )
+    p.add_argument("--device", help="device spec name or TOML path (overrides the program's)")
+
+
+def _add_compile_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--streams",
+        default="auto",
+        help="single | by-unit | by-unit:N | explicit | list (default: explicit for "
+        "programs with streams, else by-unit)",
+    )
+    p.add_argument(
+        "--memory",
+        default="greedy",
+        choices=("none", "greedy"),
+        help="memory plan: none (a region per tensor) or greedy (reuse by liveness)",
+    )
+
+
+def _load(args: argparse.Namespace):
+    from . import api
+
+    return api.load(args.file, _params(args.define), device=args.device)
+
+
+def _compile(args: argparse.Namespace, program=None):
+    from . import api
+
+    program = program if program is not None else _load(args)
+    return api.compile(
+        program, device=args.device, streams=args.streams, memory=args.memory
+    ), program
+
+
+# --- commands -------------------------------------------------------------------------------
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    program = _load(args)
+    if args.races or program.streams:
+        from . import api
+        from .races import check_races, describe_race, fix_hint
+
+        spec = api.device(args.device or program.device)
+        compiled = api.compile(program, device=spec, streams="auto")
+        report = check_races(
+            compiled,
+            reorder=spec.scheduler.reorder_window > 0,
+            event_mode=spec.scheduler.event_mode,
+        )
+        errors = [
+            RtgError(
+                describe_race(compiled, r),
+                compiled.tasks[r.second].span,
+                hint=fix_hint(compiled, r),
+            )
+            for r in report.races
+        ]
+        errors += [
+            RtgError(f"wait on event {w.event}, which is never recorded", w.span)
+            for w in report.bad_waits
+        ]
+        if errors:
+            for e in errors:
+                print(e.render(), file=sys.stderr)
+            print(f"{args.file}: {len(errors)} race(s)", file=sys.stderr)
+            return 1
+        print(f"{args.file}: ok ({len(compiled.tasks)} tasks, no races)")
+        return 0
+    print(f"{args.file}: ok")
+    return 0
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    compiled, _ = _compile(args)
+    if args.emit == "listing":
+        from .listing import format_listing
+
+        text = format_listing(compiled)
+    elif args.emit == "dot":
+        from .listing import to_dot
+
+        text = to_dot(compiled)
+    else:
+        text = compiled.to_json(indent=1)
+    if args.output:
+        write_output(args.output, text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    from .interpreter import load_npz
+
+    program = _load(args)
+    inputs = load_npz(args.inputs) if args.inputs else None
+    params = load_npz(args.params) if args.params else None
+    outputs = program.evaluate(inputs=inputs, params=params, seed=args.seed)
+    for name, value in outputs.items():
+        print(
+            f"{name}: {program.tensors[name].type}  mean {float(value.mean()):.6g}  "
+            f"absmax {float(abs(value).max()) if value.size else 0:.6g}"
+        )
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from . import api
+    from .interpreter import load_npz
+
+    program = _load(args)
+    spec = api.device(args.device or program.device)
+    compiled, _ = _compile(args, program)
+    inputs = load_npz(args.inputs) if args.inputs else None
+    params = load_npz(args.params) if args.params else None
+    result = api.run(
+        compiled,
+        device=spec,
+        inputs=inputs,
+        params=params,
+        seed=args.seed,
+        numerics=not args.timing_only,
+    )
+    report = {}
+    if not args.timing_only:
+        reference = program.evaluate(inputs=inputs, params=params, seed=args.seed)
+        report = api.compare(result.outputs, reference)
+    if args.json:
+        data = result.to_json()
+        data["reference"] = {k: v["max_abs"] for k, v in report.items()}
+        data["reference_equal"] = {k: v["equal"] for k, v in report.items()}
+        data["policy"] = compiled.meta.get("policy")
+        print(json.dumps(data, indent=1))
+    else:
+        print(result.summary())
+        if report:
+            print("\ncheck against the reference interpreter:")
+            for name, r in report.items():
+                verdict = "bit-equal" if r["equal"] else "DIFFERS"
+                print(
+                    f"  {name:<16} max abs {r['max_abs']:.3g}  max rel {r['max_rel']:.3g}  "
+                    f"{verdict}"
+                )
+    return 0
+
+
+def cmd_plan_memory(args: argparse.Namespace) -> int:
+    from .memplan import greedy_by_size, plan, read_records_csv
+
+    records = read_records_csv(args.records)
+    placement = plan(records, alignment=args.alignment, method=args.method)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "height": placement.height,
+                    "lower_bound": placement.lower_bound,
+                    "method": placement.method,
+                    "offsets": placement.offsets,
+                }
+            )
+        )
+        return 0
+    baseline = greedy_by_size(records, alignment=args.alignment)
+    total = sum(r.size for r in records)
+    print(f"{args.records}: {len(records)} buffers")
+    print(f"  height          {placement.height:>14,}  ({placement.method})")
+    print(f"  lower bound     {placement.lower_bound:>14,}  (max live)")
+    print(f"  greedy-by-size  {baseline.height:>14,}")
+    print(f"  no reuse        {total:>14,}  (saving {1 - placement.height / max(total, 1):.1%})")
+    return 0
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    from .devspec import describe, list_devices
+
+    print(
+        describe(list_devices())
+        if args.verbose is False
+        else "\n\n".join(describe([d]) for d in list_devices())
+    )
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "check": cmd_check,
+    "compile": cmd_compile,
+    "eval": cmd_eval,
+    "run": cmd_run,
+    "plan-memory": cmd_plan_memory,
+    "devices": cmd_devices,
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="rtgraph", description=__doc__.splitlines()[0])
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"rtgraph {__version__}")
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    p = sub.add_parser("check", help="parse and check a program (and its races)")
+    _add_program_args(p)
+    p.add_argument(
+        "--races",
+        action="store_true",
+        help="compile and check that every conflicting pair is ordered",
+    )
+
+    p = sub.add_parser("compile", help="compile to a stream program")
+    _add_program_args(p)
+    _add_compile_args(p)
+    p.add_argument("-o", "--output", help="write here instead of standard output")
+    p.add_argument("--emit", default="json", choices=("json", "listing", "dot"))
+
+    p = sub.add_parser("eval", help="evaluate with the reference interpreter")
+    _add_program_args(p)
+    _add_data_args(p)
+
+    p = sub.add_parser("run", help="compile and run on the emulated device")
+    _add_program_args(p)
+    _add_compile_args(p)
+    _add_data_args(p)
+    p.add_argument("--json", action="store_true", help="one JSON object for scripts")
+    p.add_argument("--timing-only", action="store_true", help="no numerics (large programs)")
+
+    p = sub.add_parser("plan-memory", help="plan offsets for id,lower,upper,size records")
+    p.add_argument("records", help="a CSV file in MiniMalloc's id,lower,upper,size format")
+    p.add_argument("--json", action="store_true")
+    p.add_argument("--alignment", type=int, default=1)
+    p.add_argument("--method", default="best", choices=("fast", "best"))
+
+    p = sub.add_parser("devices", help="list the shipped device specs")
+    p.add_argument("-v", "--verbose", action="store_true")
+    return parser
+
+
+def _add_data_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--inputs", help=".npz with input arrays (default: generated from --seed)")
+    p.add_argument("--params", help=".npz with param arrays (default: generated from --seed)")
+    p.add_argument("--seed", type=int, default=0)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except UsageError as e:
+        print(e.render(), file=sys.stderr)
+        return 2
+    except RtgError as e:
+        print(e.render(), file=sys.stderr)
+        return 1
+    except RecursionError:
+        print("rtgraph: error: input nested too deeply", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:
+        return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

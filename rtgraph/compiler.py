@@ -1,0 +1,124 @@
+"""The back end's pass pipeline: checked IR → task graph → … → stream program.
+
+The pass order lives in :data:`PASSES` and nowhere else. Each pass is a plain function from
+one form to the next (see :mod:`rtgraph.taskgraph`); :func:`compile_program` threads the
+options through them and, when ``check`` is on (the test suite turns it on), runs
+:func:`check_graph` after every pass, in the manner of a pass manager's verifier.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from .device import DeviceSpec
+from .ir import Program
+from .passes.assign_streams import assign_streams
+from .passes.find_hazards import find_hazards
+from .passes.insert_barriers import insert_barriers
+from .passes.lower import lower
+from .passes.plan_memory import plan_memory
+from .policies import StreamPolicy
+from .stream_program import StreamProgram
+from .taskgraph import TaskGraph
+
+PASSES: tuple[tuple[str, Callable[..., Any]], ...] = (
+    ("lower", lower),
+    ("plan_memory", plan_memory),
+    ("find_hazards", find_hazards),
+    ("assign_streams", assign_streams),
+    ("insert_barriers", insert_barriers),
+)
+
+
+@dataclass(frozen=True)
+class Options:
+    streams: str | StreamPolicy = "auto"
+    memory: str = "greedy"
+    check: bool = False
+
+
+def default_policy(program: Program) -> str:
+    """Explicit-stream programs keep their streams; others get one stream per unit."""
+    return "explicit" if program.streams else "by-unit"
+
+
+def compile_program(
+    program: Program,
+    device: DeviceSpec,
+    *,
+    streams: str | StreamPolicy = "auto",
+    memory: str = "greedy",
+    check: bool = False,
+) -> StreamProgram:
+    """Compile a checked program for ``device`` into a stream program."""
+    policy = default_policy(program) if streams == "auto" else streams
+    graph: Any = program
+    for name, run in PASSES:
+        if name == "lower":
+            graph = run(graph, device=device)
+        elif name == "plan_memory":
+            graph = run(graph, policy=memory)
+        elif name == "assign_streams":
+            graph = run(graph, policy=policy)
+        else:
+            graph = run(graph)
+        if check and isinstance(graph, TaskGraph):
+            check_graph(graph, after=name)
+    return graph
+
+
+class GraphCheckError(AssertionError):
+    """A pass produced a malformed task graph (a compiler bug, not a user error)."""
+
+
+def check_graph(graph: TaskGraph, *, after: str) -> None:
+    """Invariants every pass must keep; raises :class:`GraphCheckError` naming the pass."""
+
+    def fail(message: str) -> None:
+        raise GraphCheckError(f"after {after}: {message}")
+
+    n = len(graph.tasks)
+    if [t.id for t in graph.tasks] != list(range(n)):
+        fail("task ids are not 0..n-1")
+    script_tasks = [i for i in graph.script if isinstance(i, int)]
+    if sorted(script_tasks) != list(range(n)):
+        fail("the host script does not list every task once")
+    position = {t: k for k, t in enumerate(script_tasks)}
+    for src, dst in graph.dag.edges:
+        if position[src] >= position[dst]:
+            fail(f"edge {src} -> {dst} goes backwards in program order")
+    for t in graph.tasks:
+        for name in (*t.inputs, *([t.output] if t.output else [])):
+            if name not in graph.views:
+                fail(f"task {t.id} uses {name!r}, which has no view")
+        for name in (*t.reads, *t.writes):
+            if name not in graph.storages:
+                fail(f"task {t.id} touches {name!r}, which has no storage")
+        if t.block_dim < 1 or t.block_dim > graph.device.unit(t.unit).cores:
+            fail(f"task {t.id} block_dim {t.block_dim} outside 1..cores")
+    if graph.memory is not None:
+        from .memplan import Record, check_placement
+
+        regions = graph.memory.regions
+        missing = set(graph.storages) - set(regions)
+        if missing:
+            fail(f"storages without a region: {sorted(missing)[:3]}")
+        pooled = [r for r in regions.values() if r.kind in ("input", "value")]
+        records = [Record(r.tensor, r.first, r.last + 1, r.size) for r in pooled]
+        from .memplan import Placement
+
+        offsets = {r.tensor: r.offset for r in pooled}
+        placement = Placement(offsets, max((r.offset + r.size for r in pooled), default=0), 0, "")
+        problems = check_placement(records, placement)
+        if problems:
+            fail(f"memory plan overlaps live tensors: {problems[:2]}")
+        for r in regions.values():
+            if r.offset + r.size > graph.memory.total_bytes:
+                fail(f"region {r.tensor} ends past the memory total")
+    if graph.stream_of is not None and graph.order is not None:
+        pos = {t: k for k, t in enumerate(graph.order)}
+        for src, dst in graph.dag.edges:
+            if pos[src] >= pos[dst]:
+                fail(f"submission order puts {dst} before its predecessor {src}")

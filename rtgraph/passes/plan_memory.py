@@ -1,0 +1,118 @@
+"""Memory planning: a region of device memory for every storage.
+
+Device memory is laid out in three parts:
+
+1. ``buffer … at ADDR`` regions, exactly where the program put them;
+2. the *resident* area, after the highest fixed buffer: params (``@direct`` ones first),
+   consts and unaddressed buffers, each in its own region for the whole program;
+3. the *activation* pool: device copies of inputs and op results, packed by lifetime.
+
+Policies for the pool: ``none`` gives every tensor its own region (the baseline a planner is
+measured against); ``greedy`` packs by liveness with :func:`rtgraph.memplan.plan`, reusing a
+region once the tensor in it is dead. Lifetimes are positions in program order; reuse creates
+false dependencies (WAR/WAW between unrelated tensors sharing bytes) that the hazard pass turns
+into ordering constraints, so a plan can cost parallelism but never correctness.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from ..errors import CapacityError, UsageError
+from ..memplan import Record, plan
+from ..stream_program import MemoryPlan, Region
+from ..taskgraph import TaskGraph
+
+POLICIES = ("none", "greedy")
+
+
+def align_up(n: int, alignment: int) -> int:
+    return -(-n // alignment) * alignment
+
+
+def lifetimes(graph: TaskGraph) -> dict[str, tuple[int, int]]:
+    """First and last position (in program order) at which each storage is touched."""
+    span: dict[str, tuple[int, int]] = {}
+    position = 0
+    for item in graph.script:
+        if not isinstance(item, int):
+            continue
+        task = graph.tasks[item]
+        for name in (*task.reads, *task.writes):
+            first, _ = span.get(name, (position, position))
+            span[name] = (first, position)
+        position += 1
+    return span
+
+
+def plan_memory(graph: TaskGraph, *, policy: str = "greedy") -> TaskGraph:
+    """``graph`` with ``memory`` set: a region per storage, offsets aligned to the device's rule."""
+    if policy not in POLICIES:
+        raise UsageError(
+            f"unknown memory policy '{policy}'", hint=f"choose one of: {', '.join(POLICIES)}"
+        )
+    alignment = graph.device.memory.alignment
+    live = lifetimes(graph)
+    regions: dict[str, Region] = {}
+
+    fixed = [s for s in graph.storages.values() if s.address is not None]
+    cursor = 0
+    for s in fixed:
+        regions[s.name] = Region(s.name, s.address, s.nbytes, "buffer", 0, len(graph.tasks))
+        cursor = max(cursor, s.address + s.nbytes)
+    cursor = align_up(cursor, alignment)
+
+    resident = [
+        s
+        for s in graph.storages.values()
+        if s.address is None and s.kind in ("param", "const", "buffer")
+    ]
+    resident.sort(key=lambda s: (not s.direct, s.kind != "param"))
+    for s in resident:
+        regions[s.name] = Region(s.name, cursor, s.nbytes, s.kind, 0, len(graph.tasks))
+        cursor += align_up(max(s.nbytes, 1), alignment)
+    pool_base = cursor
+
+    pooled = [s for s in graph.storages.values() if s.kind in ("input", "value")]
+    records = [
+        Record(s.name, live.get(s.name, (0, 0))[0], live.get(s.name, (0, 0))[1] + 1, s.nbytes)
+        for s in pooled
+    ]
+    none_height = sum(align_up(max(s.nbytes, 1), alignment) for s in pooled)
+    if policy == "none":
+        offsets, offset = {}, 0
+        for r in records:
+            offsets[r.id] = offset
+            offset += align_up(max(r.size, 1), alignment)
+        height = offset
+        placement = plan(records, alignment=alignment, method="fast") if records else None
+        lower_bound = placement.lower_bound if placement else 0
+    else:
+        placement = plan(records, alignment=alignment, method="auto")
+        offsets, height, lower_bound = placement.offsets, placement.height, placement.lower_bound
+    for r in records:
+        kind = graph.storages[r.id].kind
+        regions[r.id] = Region(r.id, pool_base + offsets[r.id], r.size, kind, r.lower, r.upper - 1)
+
+    total = align_up(max(pool_base + height, 1), alignment)
+    capacity = graph.device.memory.capacity
+    if total > capacity:
+        raise CapacityError(
+            f"program '{graph.program.name}' needs {total:,} bytes of device memory "
+            f"(memory plan '{policy}'); device '{graph.device.name}' has {capacity:,}",
+            hint="use --memory greedy to reuse memory by liveness, or lower the parameters (-D)",
+        )
+    memory = MemoryPlan(policy, regions, total, alignment)
+    notes = {
+        **graph.notes,
+        "memory": {
+            "policy": policy,
+            "total_bytes": total,
+            "resident_bytes": pool_base,
+            "pool_bytes": height,
+            "pool_lower_bound": lower_bound,
+            "pool_none_bytes": none_height,
+            "saving": 1.0 - height / none_height if none_height else 0.0,
+        },
+    }
+    return replace(graph, memory=memory, notes=notes)

@@ -1,0 +1,214 @@
+"""Stream-assignment policies: which stream each task goes to, and in what order it is submitted.
+
+A policy is any object with a ``name`` and an ``assign(graph) -> Assignment`` method (see
+:class:`StreamPolicy`); pass one to :func:`rtgraph.compile` as ``streams=`` to try your own.
+The task graph it receives has memory planned and hazards found: ``graph.dag`` holds every
+edge a valid order must keep (data, ``after=`` and hazards on bytes), ``graph.tasks`` the cost
+inputs, ``graph.device`` the device. It returns the streams, each task's stream and, if it
+reorders, the submission order (a topological order of ``graph.dag``). The barrier pass then
+makes any assignment correct; the policy only decides how fast it runs.
+
+Built in:
+
+* ``single`` — one stream: every task in program order (the baseline).
+* ``by-unit`` — one stream per unit type in use (Cube, Vector, DMA), as CANN recommends.
+* ``by-unit:N`` — up to N streams per unit type; each task joins the stream of its unit that
+  frees earliest by the cost model, preferring the stream of a predecessor (keeps chains).
+* ``explicit`` — the program's ``on s { }`` blocks keep their streams (and their own
+  ``record``/``wait``/``barrier``); the other tasks go by unit.
+* ``list`` — a cost-aware list scheduler (critical-path priorities) picks each task's stream
+  and the submission order, from the device cost model.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from .costmodel import estimate_us
+from .errors import UsageError, did_you_mean
+from .ir import UNITS
+from .stream_program import StreamInfo
+from .taskgraph import DagTask, TaskGraph
+
+
+@dataclass(frozen=True)
+class Assignment:
+    streams: tuple[StreamInfo, ...]
+    stream_of: Mapping[int, int]
+    order: tuple[int, ...] | None = None
+    keeps_program_sync: bool = False
+
+
+@runtime_checkable
+class StreamPolicy(Protocol):
+    name: str
+
+    def assign(self, graph: TaskGraph) -> Assignment: ...
+
+
+def task_estimate_us(task: DagTask, graph: TaskGraph) -> float:
+    """The cost model's duration for ``task`` running alone on an idle device."""
+    if task.duration_us is not None:
+        return graph.device.unit(task.unit).launch_us + task.duration_us
+    kind = task.op if task.op in ("h2d", "d2h") else "d2d"
+    pinned = bool(task.attrs.get("pinned", True))
+    moved = task.bytes_written if task.unit == "dma" else task.bytes_read + task.bytes_written
+    return estimate_us(
+        task.unit,
+        task.dtype,
+        task.flops,
+        moved,
+        task.block_dim,
+        graph.device,
+        kind=kind,
+        pinned=pinned,
+    )
+
+
+def units_in_use(graph: TaskGraph) -> list[str]:
+    used = {t.unit for t in graph.tasks}
+    return [u for u in UNITS if u in used]
+
+
+class Single:
+    name = "single"
+
+    def assign(self, graph: TaskGraph) -> Assignment:
+        return Assignment((StreamInfo(0, "stream0"),), {t.id: 0 for t in graph.tasks})
+
+
+class ByUnit:
+    """One stream per unit type, or up to ``per_unit`` streams each (``by-unit:N``)."""
+
+    def __init__(self, per_unit: int = 1) -> None:
+        if per_unit < 1:
+            raise UsageError(f"by-unit:{per_unit}: the number of streams must be at least 1")
+        self.per_unit = per_unit
+        self.name = "by-unit" if per_unit == 1 else f"by-unit:{per_unit}"
+
+    def assign(self, graph: TaskGraph) -> Assignment:
+        streams: list[StreamInfo] = []
+        lanes: dict[str, list[int]] = {}
+        for unit in units_in_use(graph):
+            lanes[unit] = []
+            for k in range(self.per_unit):
+                suffix = "" if self.per_unit == 1 else f".{k}"
+                lanes[unit].append(len(streams))
+                streams.append(StreamInfo(len(streams), f"{unit}{suffix}"))
+        if self.per_unit == 1:
+            return Assignment(tuple(streams), {t.id: lanes[t.unit][0] for t in graph.tasks})
+        return Assignment(tuple(streams), _spread(graph, lanes))
+
+
+def _spread(graph: TaskGraph, lanes: dict[str, list[int]]) -> dict[int, int]:
+    """Each task, in program order, to the stream of its unit that can start it earliest."""
+    free_at = {s: 0.0 for ss in lanes.values() for s in ss}
+    finish: dict[int, float] = {}
+    stream_of: dict[int, int] = {}
+    for item in graph.script:
+        if not isinstance(item, int):
+            continue
+        task = graph.tasks[item]
+        preds = list(graph.dag.predecessors(item))
+        ready = max((finish[p] for p in preds if p in finish), default=0.0)
+        pred_streams = {stream_of[p] for p in preds if p in stream_of}
+        best = min(
+            lanes[task.unit],
+            key=lambda s: (max(ready, free_at[s]), s not in pred_streams, s),
+        )
+        start = max(ready, free_at[best])
+        finish[item] = free_at[best] = start + task_estimate_us(task, graph)
+        stream_of[item] = best
+    return stream_of
+
+
+class Explicit:
+    """The program's own streams for tasks in ``on`` blocks; the rest by unit."""
+
+    name = "explicit"
+
+    def assign(self, graph: TaskGraph) -> Assignment:
+        program = graph.program
+        streams = [
+            StreamInfo(i, name, program.stream_priorities.get(name, 0))
+            for i, name in enumerate(program.streams)
+        ]
+        ids = {s.name: s.id for s in streams}
+        stream_of: dict[int, int] = {}
+        for task in graph.tasks:
+            if task.stream is None:
+                key = f"{task.unit}*"
+                if key not in ids:
+                    ids[key] = len(streams)
+                    streams.append(StreamInfo(len(streams), f"{task.unit} (auto)"))
+                stream_of[task.id] = ids[key]
+            else:
+                stream_of[task.id] = ids[task.stream]
+        return Assignment(tuple(streams), stream_of, keeps_program_sync=True)
+
+
+class ListScheduler:
+    """Critical-path list scheduling on the device cost model; lanes become streams."""
+
+    name = "list"
+
+    def __init__(self, method: str = "auto") -> None:
+        self.method = method
+
+    def assign(self, graph: TaskGraph) -> Assignment:
+        from .scheduling import Job, list_schedule
+
+        ids = [i for i in graph.script if isinstance(i, int)]
+        index = {t: k for k, t in enumerate(ids)}
+        jobs = [
+            Job(
+                duration=task_estimate_us(graph.tasks[t], graph),
+                unit=graph.tasks[t].unit,
+                preds=tuple(sorted(index[p] for p in graph.dag.predecessors(t))),
+                demand=graph.tasks[t].block_dim,
+            )
+            for t in ids
+        ]
+        capacity = {u: graph.device.unit(u).cores for u in units_in_use(graph)}
+        method = self.method
+        if method == "auto":
+            method = "best" if len(jobs) <= 2000 else "fast"
+        schedule = list_schedule(jobs, capacity, method=method)
+        streams: list[StreamInfo] = []
+        sid: dict[tuple[str, int], int] = {}
+        for k in sorted(
+            range(len(jobs)), key=lambda k: (UNITS.index(jobs[k].unit), schedule.lane[k])
+        ):
+            key = (jobs[k].unit, schedule.lane[k])
+            if key not in sid:
+                sid[key] = len(streams)
+                streams.append(StreamInfo(len(streams), f"{key[0]}.{key[1]}"))
+        stream_of = {ids[k]: sid[(jobs[k].unit, schedule.lane[k])] for k in range(len(jobs))}
+        order = sorted(range(len(jobs)), key=lambda k: (schedule.start[k], k))
+        return Assignment(tuple(streams), stream_of, tuple(ids[k] for k in order))
+
+
+BUILTIN = ("single", "by-unit", "by-unit:N", "explicit", "list")
+
+
+def policy_from_name(name: str) -> StreamPolicy:
+    """The built-in policy called ``name`` (``by-unit:N`` takes a stream count)."""
+    if name == "single":
+        return Single()
+    if name == "by-unit":
+        return ByUnit()
+    if name.startswith("by-unit:"):
+        count = name.split(":", 1)[1]
+        if not count.isdigit():
+            raise UsageError(f"'{name}': expected by-unit:N with N a positive integer")
+        return ByUnit(int(count))
+    if name == "explicit":
+        return Explicit()
+    if name == "list":
+        return ListScheduler()
+    hint = did_you_mean(name, ["single", "by-unit", "explicit", "list"])
+    raise UsageError(
+        f"unknown stream policy '{name}'", hint=hint or f"choose one of: {', '.join(BUILTIN)}"
+    )
