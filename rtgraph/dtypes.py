@@ -64,7 +64,8 @@ def to_value(x: np.ndarray | float, name: str) -> np.ndarray:
     if not d.is_float and arr.dtype.kind == "f":
         # Integer results of float computations truncate toward zero, as a cast would.
         arr = np.trunc(arr)
-    return arr.astype(d.value, copy=False)
+    with np.errstate(over="ignore", invalid="ignore"):  # f32 → f16 overflow is inf, as on a device
+        return arr.astype(d.value, copy=False)
 
 
 def to_storage(value: np.ndarray, name: str) -> np.ndarray:
