@@ -99,7 +99,15 @@ class ByUnit:
                 streams.append(StreamInfo(len(streams), f"{unit}{suffix}"))
         if self.per_unit == 1:
             return Assignment(tuple(streams), {t.id: lanes[t.unit][0] for t in graph.tasks})
-        return Assignment(tuple(streams), _spread(graph, lanes))
+        return _compact(streams, _spread(graph, lanes))
+
+
+def _compact(streams: list[StreamInfo], stream_of: dict[int, int]) -> Assignment:
+    """Drop streams no task landed on and renumber the rest in order."""
+    used = sorted(set(stream_of.values()))
+    new = {old: k for k, old in enumerate(used)}
+    kept = tuple(StreamInfo(new[s.id], s.name, s.priority) for s in streams if s.id in new)
+    return Assignment(kept, {t: new[s] for t, s in stream_of.items()})
 
 
 def _spread(graph: TaskGraph, lanes: dict[str, list[int]]) -> dict[int, int]:

@@ -68,7 +68,8 @@ def programs(draw, max_ops: int = 12, dtype: str = "f32") -> Program:
             if op == "transpose":
                 attrs = {"perm": tuple(reversed(range(rank)))}
             else:
-                attrs = {"shape": (tensors[a].type.size,) if rank > 1 else (1, shape[0])}
+                size = tensors[a].type.size
+                attrs = {"shape": (size,) if rank > 1 else (1, size)}
         else:
             op, args, attrs = "copy", [a], {}
         out = _apply(draw, op, args, attrs, tensors)

@@ -169,6 +169,7 @@ def insert_barriers(graph: TaskGraph) -> StreamProgram:
         q = stream_of[t]
         task = graph.tasks[t]
         needed: dict[int, int] = {}
+        needs_fence = False
         for h in preds.get(t, ()):
             stats["hazards"] += 1
             src = h.src
@@ -180,9 +181,7 @@ def insert_barriers(graph: TaskGraph) -> StreamProgram:
                 if not reorder or clocks.fence[q] >= seq[src]:
                     stats["implied"] += 1
                 else:
-                    host.append(("cmd", Barrier(q)))
-                    stats["barriers"] += 1
-                    clocks.fenced(q)
+                    needs_fence = True
                 continue
             if clocks.clock[q][p] >= seq[src]:
                 stats["implied"] += 1
@@ -195,6 +194,10 @@ def insert_barriers(graph: TaskGraph) -> StreamProgram:
             if not any(task_clock[other][p] >= seq[src] for r, other in needed.items() if r != p)
         ]
         stats["implied"] += len(needed) - len(waits)
+        if needs_fence and not waits:
+            # (a wait is itself a fence: a barrier is needed only when no wait is)
+            host.append(("barrier", q))
+            clocks.fenced(q)
         for src in sorted(waits, key=lambda s: (stream_of[s], seq[s])):
             ev = record_after(src)
             host.append(("wait", (q, ev)))
@@ -208,6 +211,10 @@ def insert_barriers(graph: TaskGraph) -> StreamProgram:
             host_step(step)
 
     commands, num_events, peak = _assemble(host, records_after, stream_of, len(user_events))
+    stats["barriers"] = sum(
+        1 for kind, _ in host if kind == "barrier"
+    ) - sum(1 for c in commands if isinstance(c, _Dropped))
+    commands = [c for c in commands if not isinstance(c, _Dropped)]
     limit = graph.device.scheduler.max_events
     if peak > limit:
         raise CapacityError(
@@ -248,6 +255,7 @@ def _assemble(
         order.append((kind, item))
         if kind == "launch" and item in records_after:
             order.append(("record", (stream_of[item], records_after[item])))
+    _drop_redundant_barriers(order, stream_of)
     last_wait: dict[int, int] = {}
     for pos, (kind, item) in enumerate(order):
         if kind == "wait":
@@ -276,9 +284,51 @@ def _assemble(
         elif kind == "wait":
             q, provisional = item
             commands.append(Wait(q, ids[provisional]))
+        elif kind == "barrier":
+            commands.append(Barrier(item))
+        elif kind == "dropped":
+            commands.append(_Dropped())
         else:
             commands.append(item)
     return commands, next_id, peak
+
+
+class _Dropped:
+    """A compiler barrier found redundant after assembly (counted, then removed)."""
+
+
+def _drop_redundant_barriers(order: list[tuple[str, object]], stream_of: dict[int, int]) -> None:
+    """Mark compiler barriers that share a gap between two launches with another fence.
+
+    Records are placed retroactively (right after their source task), so a record can land in
+    the same gap as a barrier chosen earlier; every fence in a gap orders the same launches,
+    so one is enough.
+    """
+    fences_in_gap: dict[int, int] = defaultdict(int)
+    barriers_in_gap: dict[int, list[int]] = defaultdict(list)
+
+    def close(q: int) -> None:
+        if barriers_in_gap[q] and fences_in_gap[q] > len(barriers_in_gap[q]):
+            for pos in barriers_in_gap[q]:
+                order[pos] = ("dropped", None)
+        elif len(barriers_in_gap[q]) > 1:
+            for pos in barriers_in_gap[q][1:]:
+                order[pos] = ("dropped", None)
+        fences_in_gap[q] = 0
+        barriers_in_gap[q] = []
+
+    for pos, (kind, item) in enumerate(order):
+        if kind == "launch":
+            close(stream_of[item])
+        elif kind == "barrier":
+            fences_in_gap[item] += 1
+            barriers_in_gap[item].append(pos)
+        elif kind in ("record", "wait"):
+            fences_in_gap[item[0]] += 1
+        elif kind == "cmd" and not isinstance(item, Sync):
+            fences_in_gap[item.stream] += 1
+    for q in list(barriers_in_gap):
+        close(q)
 
 
 def _tasks(graph: TaskGraph) -> list[Task]:
