@@ -106,7 +106,9 @@ def cmd_check(args: argparse.Namespace) -> int:
         from .races import check_races, describe_race, fix_hint
 
         spec = api.device(args.device or program.device)
-        compiled = api.compile(program, device=spec, streams="auto")
+        # No memory reuse here: reuse adds compiler-ordered false dependencies that would
+        # mask a missing record/wait in the program's own synchronisation.
+        compiled = api.compile(program, device=spec, streams="auto", memory="none")
         report = check_races(
             compiled,
             reorder=spec.scheduler.reorder_window > 0,

@@ -103,13 +103,18 @@ class HostStep:
 
 @dataclass(frozen=True)
 class Hazard:
-    """``dst`` must not start before ``src`` finishes: they touch ``[lo, hi)`` and one writes."""
+    """``dst`` must not start before ``src`` finishes: they touch ``[lo, hi)`` and one writes.
+
+    ``reuse`` marks a *false* dependency: the two tasks share no tensor, only bytes that the
+    memory plan gave first to one tensor and then to another.
+    """
 
     src: int
     dst: int
     kind: Literal["RAW", "WAR", "WAW", "ORDER"]
     lo: int = 0
     hi: int = 0
+    reuse: bool = False  # only memory reuse puts these two tasks on common bytes
 
 
 @dataclass(frozen=True)

@@ -34,7 +34,15 @@ def find_hazards(graph: TaskGraph) -> TaskGraph:
         conflicts = tracker.access(
             task.id, task_ranges(graph, task.reads), task_ranges(graph, task.writes)
         )
-        hazards.extend(Hazard(c.src, c.dst, c.kind, c.lo, c.hi) for c in conflicts)
+        for c in conflicts:
+            src = graph.tasks[c.src]
+            first, second = {
+                "RAW": (src.writes, task.reads),
+                "WAR": (src.reads, task.writes),
+                "WAW": (src.writes, task.writes),
+            }[c.kind]
+            shared = set(first) & set(second)
+            hazards.append(Hazard(c.src, c.dst, c.kind, c.lo, c.hi, reuse=not shared))
         for src, _, kind in graph.dag.in_edges(task.id, data="kind"):
             if kind == "after":
                 hazards.append(Hazard(src, task.id, "ORDER"))

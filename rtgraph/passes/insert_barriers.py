@@ -21,6 +21,7 @@ peak number live is reported.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_left, insort
 from collections import defaultdict
 from dataclasses import dataclass, field
 
@@ -44,23 +45,15 @@ from ..taskgraph import HostStep, TaskGraph
 
 @dataclass
 class _Clocks:
-    """Happens-before state while walking the submission order."""
+    """Happens-before across streams while walking the submission order."""
 
     streams: int
-    reorder: bool
     clock: list[list[int]] = field(init=False)
     count: list[int] = field(init=False)
-    fence: list[int] = field(init=False)
 
     def __post_init__(self) -> None:
         self.clock = [[0] * self.streams for _ in range(self.streams)]
         self.count = [0] * self.streams
-        self.fence = [0] * self.streams
-
-    def fenced(self, q: int) -> None:
-        """An entry on ``q`` that later tasks of ``q`` cannot overtake (reorder devices)."""
-        self.fence[q] = self.count[q]
-        self.clock[q][q] = max(self.clock[q][q], self.count[q])
 
     def snapshot(self, q: int) -> tuple[int, ...]:
         """What a record placed now on ``q`` would carry."""
@@ -76,8 +69,7 @@ class _Clocks:
 
     def launch(self, q: int) -> int:
         self.count[q] += 1
-        if not self.reorder:
-            self.clock[q][q] = self.count[q]
+        self.clock[q][q] = self.count[q]
         return self.count[q]
 
 
@@ -90,7 +82,11 @@ def insert_barriers(graph: TaskGraph) -> StreamProgram:
     user_events = {name: i for i, name in enumerate(program.events)} if keep_sync else {}
     stream_ids = {s.name: s.id for s in graph.streams}
     stream_of = graph.stream_of
-    clocks = _Clocks(len(graph.streams), reorder)
+    clocks = _Clocks(len(graph.streams))
+    # Reorder devices: where fences sit on each stream (gap g = after its g-th launch), and
+    # the same-stream hazards (src seq, dst task) that need one between them.
+    gaps: dict[int, list[int]] = defaultdict(list)
+    same_stream: dict[int, list[tuple[int, int]]] = defaultdict(list)
 
     preds: dict[int, list] = defaultdict(list)
     for h in graph.hazards:
@@ -120,31 +116,31 @@ def insert_barriers(graph: TaskGraph) -> StreamProgram:
         if src not in records_after:
             records_after[src] = len(records_after)
             stats["records"] += 1
-            if reorder:
-                p = stream_of[src]
-                clocks.fence[p] = max(clocks.fence[p], seq[src])
-                clocks.clock[p][p] = max(clocks.clock[p][p], seq[src])
+            gaps[stream_of[src]].append(seq[src])
         return records_after[src]
+
+    def fenced(q: int) -> None:
+        gaps[q].append(clocks.count[q])
 
     def host_step(step: HostStep) -> None:
         q = stream_ids.get(step.stream) if step.stream is not None else None
         if step.kind == "record" and q is not None:
             ev = user_events[step.event]
             event_clock[ev] = clocks.snapshot(q)
-            clocks.fenced(q)
+            fenced(q)
             host.append(("cmd", Record(q, ev, step.span)))
         elif step.kind == "wait" and q is not None:
             ev = user_events[step.event]
             if ev in event_clock:
                 clocks.merge(q, event_clock[ev])
-            clocks.fenced(q)
+            fenced(q)
             host.append(("cmd", Wait(q, ev, step.span)))
         elif step.kind == "barrier" and q is not None:
-            clocks.fenced(q)
+            fenced(q)
             host.append(("cmd", Barrier(q, step.span)))
         elif step.kind == "callback":
             q = stream_of.get(step.task, 0) if step.task is not None else 0
-            clocks.fenced(q)
+            fenced(q)
             host.append(("cmd", Callback(q, step.name or "callback", step.blocking, step.span)))
         elif step.kind == "sync":
             if keep_sync and step.sync_kind == "event" and step.target in user_events:
@@ -155,13 +151,14 @@ def insert_barriers(graph: TaskGraph) -> StreamProgram:
                 s = stream_ids[step.target]
                 done = clocks.snapshot(s)
                 host.append(("cmd", Sync("stream", s, step.span)))
+                fenced(s)
             else:
                 done = tuple(clocks.count)
                 host.append(("cmd", Sync("device", None, step.span)))
+                for q2 in range(clocks.streams):
+                    fenced(q2)
             for q2 in range(clocks.streams):
                 clocks.merge(q2, done)
-                if reorder:
-                    clocks.fence[q2] = max(clocks.fence[q2], clocks.clock[q2][q2])
 
     for step in attached.get(None, []):
         host_step(step)
@@ -169,19 +166,25 @@ def insert_barriers(graph: TaskGraph) -> StreamProgram:
         q = stream_of[t]
         task = graph.tasks[t]
         needed: dict[int, int] = {}
-        needs_fence = False
         for h in preds.get(t, ()):
             stats["hazards"] += 1
             src = h.src
             p = stream_of[src]
-            if keep_sync and task.stream is not None and graph.tasks[src].stream is not None:
+            if (
+                keep_sync
+                and not h.reuse
+                and task.stream is not None
+                and graph.tasks[src].stream is not None
+            ):
+                # The program placed both tasks and orders its own data; a race here is the
+                # program's, and the race checker reports it. Reuse hazards are ours.
                 stats["left_to_program"] += 1
                 continue
             if p == q:
-                if not reorder or clocks.fence[q] >= seq[src]:
-                    stats["implied"] += 1
+                if reorder:
+                    same_stream[q].append((seq[src], t))
                 else:
-                    needs_fence = True
+                    stats["implied"] += 1
                 continue
             if clocks.clock[q][p] >= seq[src]:
                 stats["implied"] += 1
@@ -194,27 +197,30 @@ def insert_barriers(graph: TaskGraph) -> StreamProgram:
             if not any(task_clock[other][p] >= seq[src] for r, other in needed.items() if r != p)
         ]
         stats["implied"] += len(needed) - len(waits)
-        if needs_fence and not waits:
-            # (a wait is itself a fence: a barrier is needed only when no wait is)
-            host.append(("barrier", q))
-            clocks.fenced(q)
         for src in sorted(waits, key=lambda s: (stream_of[s], seq[s])):
             ev = record_after(src)
             host.append(("wait", (q, ev)))
             stats["waits"] += 1
             clocks.merge(q, task_clock[src])
-            clocks.fenced(q)
+            fenced(q)
         seq[t] = clocks.launch(q)
         task_clock[t] = clocks.snapshot(q)
         host.append(("launch", t))
         for step in attached.get(t, []):
             host_step(step)
 
+    barrier_before = _place_barriers(same_stream, gaps, seq, stats)
+    if barrier_before:
+        host = [
+            entry
+            for kind, item in host
+            for entry in (
+                [("barrier", stream_of[item]), (kind, item)]
+                if kind == "launch" and item in barrier_before
+                else [(kind, item)]
+            )
+        ]
     commands, num_events, peak = _assemble(host, records_after, stream_of, len(user_events))
-    stats["barriers"] = sum(
-        1 for kind, _ in host if kind == "barrier"
-    ) - sum(1 for c in commands if isinstance(c, _Dropped))
-    commands = [c for c in commands if not isinstance(c, _Dropped)]
     limit = graph.device.scheduler.max_events
     if peak > limit:
         raise CapacityError(
@@ -255,7 +261,6 @@ def _assemble(
         order.append((kind, item))
         if kind == "launch" and item in records_after:
             order.append(("record", (stream_of[item], records_after[item])))
-    _drop_redundant_barriers(order, stream_of)
     last_wait: dict[int, int] = {}
     for pos, (kind, item) in enumerate(order):
         if kind == "wait":
@@ -286,49 +291,38 @@ def _assemble(
             commands.append(Wait(q, ids[provisional]))
         elif kind == "barrier":
             commands.append(Barrier(item))
-        elif kind == "dropped":
-            commands.append(_Dropped())
         else:
             commands.append(item)
     return commands, next_id, peak
 
 
-class _Dropped:
-    """A compiler barrier found redundant after assembly (counted, then removed)."""
+def _place_barriers(
+    same_stream: dict[int, list[tuple[int, int]]],
+    gaps: dict[int, list[int]],
+    seq: dict[int, int],
+    stats: dict[str, int],
+) -> set[int]:
+    """Fewest barrier marks so every same-stream hazard has a fence between its two tasks.
 
-
-def _drop_redundant_barriers(order: list[tuple[str, object]], stream_of: dict[int, int]) -> None:
-    """Mark compiler barriers that share a gap between two launches with another fence.
-
-    Records are placed retroactively (right after their source task), so a record can land in
-    the same gap as a barrier chosen earlier; every fence in a gap orders the same launches,
-    so one is enough.
+    A hazard from the stream's ``i``-th launch to its ``j``-th needs a fence in a gap ``g``
+    with ``i <= g < j``. Existing fences (records — placed after their source task, possibly
+    after later launches were already chosen — waits, callbacks, syncs, the program's own
+    barriers) cover some; the rest are stabbed greedily at their right ends, which is minimal
+    and leaves every mark the only fence of some hazard. Returns the tasks to put a mark before.
     """
-    fences_in_gap: dict[int, int] = defaultdict(int)
-    barriers_in_gap: dict[int, list[int]] = defaultdict(list)
-
-    def close(q: int) -> None:
-        if barriers_in_gap[q] and fences_in_gap[q] > len(barriers_in_gap[q]):
-            for pos in barriers_in_gap[q]:
-                order[pos] = ("dropped", None)
-        elif len(barriers_in_gap[q]) > 1:
-            for pos in barriers_in_gap[q][1:]:
-                order[pos] = ("dropped", None)
-        fences_in_gap[q] = 0
-        barriers_in_gap[q] = []
-
-    for pos, (kind, item) in enumerate(order):
-        if kind == "launch":
-            close(stream_of[item])
-        elif kind == "barrier":
-            fences_in_gap[item] += 1
-            barriers_in_gap[item].append(pos)
-        elif kind in ("record", "wait"):
-            fences_in_gap[item[0]] += 1
-        elif kind == "cmd" and not isinstance(item, Sync):
-            fences_in_gap[item.stream] += 1
-    for q in list(barriers_in_gap):
-        close(q)
+    before: set[int] = set()
+    for q, pairs in same_stream.items():
+        fences = sorted(gaps.get(q, ()))
+        for i, t in sorted(pairs, key=lambda p: (seq[p[1]], p[0])):
+            j = seq[t]
+            k = bisect_left(fences, i)
+            if k < len(fences) and fences[k] < j:
+                stats["implied"] += 1
+                continue
+            insort(fences, j - 1)
+            before.add(t)
+            stats["barriers"] += 1
+    return before
 
 
 def _tasks(graph: TaskGraph) -> list[Task]:

@@ -88,7 +88,7 @@ def plan_memory(graph: TaskGraph, *, policy: str = "greedy") -> TaskGraph:
         placement = plan(records, alignment=alignment, method="fast") if records else None
         lower_bound = placement.lower_bound if placement else 0
     else:
-        placement = plan(records, alignment=alignment, method="auto")
+        placement = plan(records, alignment=alignment, method="best")
         offsets, height, lower_bound = placement.offsets, placement.height, placement.lower_bound
     for r in records:
         kind = graph.storages[r.id].kind

@@ -1,0 +1,476 @@
+"""An msprof-style profiler: run a program N times, keep the scheduled steps, tabulate the ops.
+
+``profile(program, device, mode=..., iterations=N, schedule=(wait, warmup, active, repeat))``
+runs the program ``N`` times on the emulator (timing only) and keeps the iterations that the
+schedule records, the way ``torch.profiler.schedule`` does: each cycle of ``wait + warmup +
+active`` steps passes through *none* (run without profiling), *warmup* (profiled, discarded)
+and *record* (profiled, kept); ``repeat`` cycles (0: as many as fit), then *none* to the end.
+Profiled steps run with ``profile=mode``, so every task is stretched by the device's overhead
+for that mode; the report states it, measured as makespan profiled ÷ unprofiled − 1.
+
+The report holds two msprof tables (column meanings in docs/profiling.md):
+
+* ``op_summary`` — a row per task per recorded iteration: ids, op, task type, start, duration,
+  wait since the stream's previous task, block dim, operand shapes and dtypes, flops, bytes,
+  achieved TFLOPS and GB/s; ``op_trace`` adds a load / compute / store breakdown.
+* ``op_statistic`` — per op type and core type: count, total/avg/min/max time, share.
+
+``write_csvs(report, folder)`` writes them as ``op_summary.csv`` and ``op_statistic.csv``.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..costmodel import compute_us
+from ..device import DeviceSpec
+from ..emulator import RunResult
+from ..emulator import run as emulate
+from ..errors import UsageError
+from ..stream_program import Operand, StreamProgram, Task
+from .trace import dtype_of, write_atomic
+
+MODES = ("task_trace", "op_trace")
+NONE, WARMUP, RECORD = "none", "warmup", "record"
+
+SUMMARY_COLUMNS = (
+    "Device_id",
+    "Model ID",
+    "Iteration ID",
+    "Task ID",
+    "Stream ID",
+    "Op Name",
+    "OP Type",
+    "Task Type",
+    "Task Start Time(us)",
+    "Task Duration(us)",
+    "Task Wait Time(us)",
+    "Block Dim",
+    "Input Shapes",
+    "Input Data Types",
+    "Output Shapes",
+    "Output Data Types",
+    "FLOPs",
+    "Bytes",
+    "Throughput(TFLOPS)",
+    "Bandwidth(GB/s)",
+)
+STAGE_COLUMNS = ("Load Time(us)", "Compute Time(us)", "Store Time(us)")
+STATISTIC_COLUMNS = (
+    "OP Type",
+    "Core Type",
+    "Count",
+    "Total Time(us)",
+    "Avg Time(us)",
+    "Min Time(us)",
+    "Max Time(us)",
+    "Ratio(%)",
+)
+#: msprof's names for element types.
+DATA_TYPES = {"f32": "FLOAT", "f16": "FLOAT16", "bf16": "BF16", "i8": "INT8", "i32": "INT32"}
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """Which steps a profiler records, as in ``torch.profiler.schedule`` (without skip_first).
+
+    ``repeat`` 0 cycles for as long as there are steps.
+    """
+
+    wait: int = 0
+    warmup: int = 0
+    active: int = 1
+    repeat: int = 0
+
+    def __post_init__(self) -> None:
+        fields = {"wait": self.wait, "warmup": self.warmup, "active": self.active}
+        fields["repeat"] = self.repeat
+        for name, value in fields.items():
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise UsageError(
+                    f"profiler schedule: {name} must be a non-negative integer, got {value!r}",
+                    hint="a schedule is wait,warmup,active[,repeat], e.g. 1,1,2,2",
+                )
+        if self.active < 1:
+            raise UsageError(
+                "profiler schedule: active must be at least 1",
+                hint="a schedule records `active` steps per cycle, e.g. 1,1,2,2",
+            )
+
+    @staticmethod
+    def of(value: Schedule | str | Sequence[int] | None, iterations: int) -> Schedule:
+        """A schedule from a ``"w,wu,a[,r]"`` string, a 3- or 4-tuple, or None (record all)."""
+        if value is None:
+            return Schedule(0, 0, max(iterations, 1), 1)
+        if isinstance(value, Schedule):
+            return value
+        parts: Sequence[Any] = value.split(",") if isinstance(value, str) else value
+        try:
+            numbers = [int(str(p).strip()) for p in parts]
+        except ValueError:
+            numbers = []
+        if len(numbers) not in (3, 4):
+            raise UsageError(
+                f"profiler schedule {value!r} is not wait,warmup,active[,repeat]",
+                hint="give three or four non-negative integers, e.g. 1,1,2,2",
+            )
+        return Schedule(*numbers)
+
+    @property
+    def cycle(self) -> int:
+        return self.wait + self.warmup + self.active
+
+    def action(self, step: int) -> str:
+        """What happens at ``step`` (0-based): ``none``, ``warmup`` or ``record``."""
+        if self.repeat and step // self.cycle >= self.repeat:
+            return NONE
+        phase = step % self.cycle
+        if phase < self.wait:
+            return NONE
+        return WARMUP if phase < self.wait + self.warmup else RECORD
+
+    def recorded(self, iterations: int) -> list[int]:
+        """The steps among ``range(iterations)`` that are recorded."""
+        return [i for i in range(iterations) if self.action(i) == RECORD]
+
+    def __str__(self) -> str:
+        return (
+            f"wait={self.wait} warmup={self.warmup} active={self.active} "
+            f"repeat={self.repeat or 'unlimited'}"
+        )
+
+
+@dataclass
+class ProfileReport:
+    """What ``profile`` measured: the recorded steps, the overhead, and the two tables."""
+
+    program: str
+    device: str
+    mode: str
+    iterations: int
+    schedule: Schedule
+    recorded: tuple[int, ...]
+    overhead_configured: float
+    overhead_measured: float
+    baseline_makespan_us: float
+    profiled_makespan_us: float
+    op_summary: list[dict[str, Any]]
+    op_statistic: list[dict[str, Any]]
+
+    @property
+    def summary_columns(self) -> tuple[str, ...]:
+        return SUMMARY_COLUMNS + (STAGE_COLUMNS if self.mode == "op_trace" else ())
+
+    def summary(self, top: int = 10) -> str:
+        """A plain-text account: steps, overhead, and the op types that took the most time."""
+        steps = ", ".join(map(str, self.recorded))
+        lines = [
+            f"profile of {self.program} on {self.device}: mode {self.mode}, "
+            f"{self.iterations} iterations, schedule {self.schedule}",
+            f"recorded steps: {steps} ({len(self.op_summary)} task executions)",
+            f"overhead: {self.overhead_measured:.1%} measured (makespan "
+            f"{self.baseline_makespan_us:.3f} → {self.profiled_makespan_us:.3f} µs), "
+            f"{self.overhead_configured:.1%} per task configured",
+            "",
+            f"{'OP Type':<16} {'Core Type':<15} {'Count':>6} {'Total(us)':>12} "
+            f"{'Avg(us)':>10} {'Ratio(%)':>9}",
+        ]
+        for row in self.op_statistic[:top]:
+            lines.append(
+                f"{row['OP Type']:<16} {row['Core Type']:<15} {row['Count']:>6} "
+                f"{row['Total Time(us)']:>12.3f} {row['Avg Time(us)']:>10.3f} "
+                f"{row['Ratio(%)']:>9.2f}"
+            )
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "program": self.program,
+            "device": self.device,
+            "mode": self.mode,
+            "iterations": self.iterations,
+            "schedule": [
+                self.schedule.wait,
+                self.schedule.warmup,
+                self.schedule.active,
+                self.schedule.repeat,
+            ],
+            "recorded": list(self.recorded),
+            "overhead_configured": self.overhead_configured,
+            "overhead_measured": self.overhead_measured,
+            "baseline_makespan_us": self.baseline_makespan_us,
+            "profiled_makespan_us": self.profiled_makespan_us,
+            "op_summary": self.op_summary,
+            "op_statistic": self.op_statistic,
+        }
+
+
+def task_type(task: Task) -> str:
+    """msprof's Task Type of a task: the core kind for compute, the copy engine for DMA."""
+    if task.unit == "cube":
+        return "AI_CORE"
+    if task.unit == "vector":
+        return "AI_VECTOR_CORE"
+    if task.unit == "aicpu":
+        return "AI_CPU"
+    if task.unit == "dma":
+        return "PCIE_DMA" if task.op in ("h2d", "d2h") else "SDMA"
+    return task.unit.upper()
+
+
+def moved_bytes(task: Task) -> int:
+    """Bytes a task moves: HBM traffic for compute, the copied size for a copy."""
+    if task.unit == "dma":
+        return max(task.bytes_read, task.bytes_written)
+    return task.bytes_read + task.bytes_written
+
+
+def _shapes(operands: Sequence[Operand]) -> str:
+    return ";".join(",".join(map(str, o.shape)) for o in operands)
+
+
+def _dtypes(operands: Sequence[Operand]) -> str:
+    return ";".join(DATA_TYPES.get(o.dtype, o.dtype.upper()) for o in operands)
+
+
+def stage_shares(program: StreamProgram, device: DeviceSpec) -> np.ndarray:
+    """Per task, the (load, compute, store) shares of its time by the cost model; rows sum to 1.
+
+    Load is bytes read and store bytes written at full HBM bandwidth, compute the flops at the
+    task's cores and dtype (a synthetic kernel's given time). The roofline overlaps them, so
+    these are proportions of the task's duration, not a sequence. A copy is half load, half
+    store; a task with no modelled work is all compute.
+    """
+    bw = device.memory.bandwidth
+    parts = np.zeros((len(program.tasks), 3))
+    for t in program.tasks:
+        if t.unit == "dma":
+            parts[t.id] = (1.0, 0.0, 1.0)
+            continue
+        if t.duration_us is not None:
+            compute = float(t.duration_us)
+        elif t.flops and t.unit in device.units:
+            dtype = dtype_of(t.output, t.inputs) or "f32"
+            compute = compute_us(t.unit, dtype, t.flops, t.block_dim, device)
+        else:
+            compute = 0.0
+        parts[t.id] = (t.bytes_read * 1e6 / bw, compute, t.bytes_written * 1e6 / bw)
+    total = parts.sum(axis=1)
+    parts[total == 0] = (0.0, 1.0, 0.0)
+    return parts / parts.sum(axis=1, keepdims=True)
+
+
+def op_summary_rows(
+    program: StreamProgram,
+    device: DeviceSpec,
+    runs: Sequence[tuple[int, float, RunResult]],
+    mode: str,
+) -> list[dict[str, Any]]:
+    """The op_summary rows of ``runs`` — (iteration, start offset µs, result) — in time order.
+
+    Task Wait Time is the gap since the previous task of the same stream ended, in the same
+    iteration (0 for a stream's first task, and never negative when tasks overlap).
+    """
+    shares = stage_shares(program, device) if mode == "op_trace" else None
+    static = [
+        {
+            "Op Name": t.name,
+            "OP Type": t.op,
+            "Task Type": task_type(t),
+            "Block Dim": t.block_dim,
+            "Input Shapes": _shapes(t.inputs),
+            "Input Data Types": _dtypes(t.inputs),
+            "Output Shapes": _shapes((t.output,) if t.output else ()),
+            "Output Data Types": _dtypes((t.output,) if t.output else ()),
+            "FLOPs": t.flops,
+            "Bytes": moved_bytes(t),
+        }
+        for t in program.tasks
+    ]
+    rows: list[dict[str, Any]] = []
+    for iteration, offset, result in runs:
+        ran = [r for r in result.tasks if r.start is not None and r.end is not None]
+        ids = np.array([r.id for r in ran], np.int64)
+        stream = np.array([r.stream for r in ran], np.int64)
+        start = np.array([r.start for r in ran], np.float64)
+        end = np.array([r.end for r in ran], np.float64)
+        gap = _stream_gaps(stream, start, end)
+        order = np.lexsort((ids, start))
+        for i in order.tolist():
+            tid = int(ids[i])
+            dur = float(end[i] - start[i])
+            row: dict[str, Any] = {
+                "Device_id": 0,
+                "Model ID": 0,
+                "Iteration ID": iteration,
+                "Task ID": tid,
+                "Stream ID": int(stream[i]),
+                **static[tid],
+                "Task Start Time(us)": offset + float(start[i]),
+                "Task Duration(us)": dur,
+                "Task Wait Time(us)": float(gap[i]),
+            }
+            row["Throughput(TFLOPS)"] = row["FLOPs"] / (dur * 1e6) if dur > 0 else 0.0
+            row["Bandwidth(GB/s)"] = row["Bytes"] / (dur * 1e3) if dur > 0 else 0.0
+            if shares is not None:
+                for name, share in zip(STAGE_COLUMNS, shares[tid].tolist(), strict=True):
+                    row[name] = share * dur
+            rows.append(row)
+    return rows
+
+
+def _stream_gaps(stream: np.ndarray, start: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """Per task, the time from the latest end among earlier-started tasks of its stream."""
+    gap = np.zeros(start.size)
+    for sid in np.unique(stream).tolist():
+        idx = np.flatnonzero(stream == sid)
+        idx = idx[np.argsort(start[idx], kind="stable")]
+        reach = np.maximum.accumulate(end[idx])
+        gap[idx[1:]] = np.maximum(0.0, start[idx[1:]] - reach[:-1])
+    return gap
+
+
+def op_statistic_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per (OP Type, Task Type): count and total/avg/min/max duration, and share of the total."""
+    if not rows:
+        return []
+    keys = [(r["OP Type"], r["Task Type"]) for r in rows]
+    uniq = sorted(set(keys))
+    index = {k: i for i, k in enumerate(uniq)}
+    inv = np.array([index[k] for k in keys], np.int64)
+    dur = np.array([r["Task Duration(us)"] for r in rows], np.float64)
+    count = np.bincount(inv, minlength=len(uniq))
+    total = np.bincount(inv, weights=dur, minlength=len(uniq))
+    lo = np.full(len(uniq), np.inf)
+    hi = np.full(len(uniq), -np.inf)
+    np.minimum.at(lo, inv, dur)
+    np.maximum.at(hi, inv, dur)
+    grand = float(total.sum())
+    out = [
+        {
+            "OP Type": op,
+            "Core Type": core,
+            "Count": int(count[i]),
+            "Total Time(us)": float(total[i]),
+            "Avg Time(us)": float(total[i] / count[i]),
+            "Min Time(us)": float(lo[i]),
+            "Max Time(us)": float(hi[i]),
+            "Ratio(%)": 100.0 * float(total[i]) / grand if grand > 0 else 0.0,
+        }
+        for i, (op, core) in enumerate(uniq)
+    ]
+    out.sort(key=lambda r: (-r["Total Time(us)"], r["OP Type"], r["Core Type"]))
+    return out
+
+
+def _device(device: DeviceSpec | str) -> DeviceSpec:
+    if isinstance(device, DeviceSpec):
+        return device
+    from ..devspec import load_device
+
+    return load_device(device)
+
+
+def profile(
+    program: StreamProgram,
+    device: DeviceSpec | str,
+    *,
+    mode: str = "task_trace",
+    iterations: int = 1,
+    schedule: Schedule | str | Sequence[int] | None = None,
+) -> ProfileReport:
+    """Run ``program`` ``iterations`` times and profile the steps ``schedule`` records.
+
+    Without a schedule every iteration is recorded. Runs are timing-only (no numerics).
+    """
+    if mode not in MODES:
+        raise UsageError(f"unknown profile mode {mode!r}", hint=f"use one of {', '.join(MODES)}")
+    if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1:
+        raise UsageError(f"iterations must be a positive integer, got {iterations!r}")
+    spec = _device(device)
+    sched = Schedule.of(schedule, iterations)
+    recorded = sched.recorded(iterations)
+    if not recorded:
+        raise UsageError(
+            f"schedule {sched} records none of {iterations} iteration(s)",
+            hint=f"run at least {sched.wait + sched.warmup + 1} iterations, or shorten wait/warmup",
+        )
+    overhead = getattr(spec.profiling, f"{mode}_overhead")
+    runs: list[tuple[int, float, RunResult]] = []
+    baseline: RunResult | None = None
+    profiled: RunResult | None = None
+    offset = 0.0
+    for step in range(iterations):
+        action = sched.action(step)
+        result = emulate(program, spec, numerics=False, profile=None if action == NONE else mode)
+        if action == NONE and baseline is None:
+            baseline = result
+        if action == RECORD:
+            profiled = profiled or result
+            runs.append((step, offset, result))
+        offset += result.makespan_us
+    if baseline is None:  # every step was profiled: measure the unprofiled run once more
+        baseline = emulate(program, spec, numerics=False)
+    assert profiled is not None
+    rows = op_summary_rows(program, spec, runs, mode)
+    base, prof = baseline.makespan_us, profiled.makespan_us
+    return ProfileReport(
+        program=program.name,
+        device=spec.name,
+        mode=mode,
+        iterations=iterations,
+        schedule=sched,
+        recorded=tuple(recorded),
+        overhead_configured=overhead,
+        overhead_measured=prof / base - 1.0 if base > 0 else 0.0,
+        baseline_makespan_us=base,
+        profiled_makespan_us=prof,
+        op_summary=rows,
+        op_statistic=op_statistic_rows(rows),
+    )
+
+
+def _cell(column: str, value: Any) -> Any:
+    if isinstance(value, float):
+        return f"{value:.3f}" if column.endswith("(us)") else f"{value:.6g}"
+    return value
+
+
+def csv_text(rows: Sequence[dict[str, Any]], columns: Sequence[str]) -> str:
+    """``rows`` as CSV with a header of ``columns``.
+
+    Times (µs) have three decimals (whole nanoseconds); other decimals six significant digits.
+    """
+    out = io.StringIO()
+    writer = csv.writer(out, lineterminator="\n")
+    writer.writerow(columns)
+    for row in rows:
+        writer.writerow([_cell(c, row[c]) for c in columns])
+    return out.getvalue()
+
+
+def write_csvs(report: ProfileReport, folder: str | os.PathLike[str]) -> list[Path]:
+    """Write ``op_summary.csv`` and ``op_statistic.csv`` into ``folder`` (made if missing)."""
+    target = Path(folder)
+    try:
+        target.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UsageError(
+            f"cannot create folder '{target}': {e.strerror or e}",
+            hint="choose a writable output folder",
+        ) from None
+    files = [
+        (target / "op_summary.csv", csv_text(report.op_summary, report.summary_columns)),
+        (target / "op_statistic.csv", csv_text(report.op_statistic, STATISTIC_COLUMNS)),
+    ]
+    for path, text in files:
+        write_atomic(path, text)
+    return [path for path, _ in files]
