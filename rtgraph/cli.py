@@ -192,6 +192,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     if not args.timing_only:
         reference = program.evaluate(inputs=inputs, params=params, seed=args.seed)
         report = api.compare(result.outputs, reference)
+    _write_reports(args, result, compiled, spec)
     if args.json:
         data = result.to_json()
         data["reference"] = {k: v["max_abs"] for k, v in report.items()}
@@ -208,6 +209,91 @@ def cmd_run(args: argparse.Namespace) -> int:
                     f"  {name:<16} max abs {r['max_abs']:.3g}  max rel {r['max_rel']:.3g}  "
                     f"{verdict}"
                 )
+    return 0
+
+
+def _window(text: str | None) -> tuple[float, float] | None:
+    if not text:
+        return None
+    start, sep, end = text.partition(":")
+    try:
+        lo = float(start) if start else 0.0
+        hi = float(end) if end else float("inf")
+    except ValueError:
+        raise UsageError(f"--window {text}: expected START:END in µs, e.g. 100:250") from None
+    if not sep or hi <= lo:
+        raise UsageError(f"--window {text}: expected START:END with START < END")
+    return lo, hi
+
+
+def _write_reports(args: argparse.Namespace, result, compiled, spec) -> None:
+    """The pictures and traces a run was asked for (each file written whole or not at all)."""
+    if getattr(args, "trace", None):
+        from .reports.trace import write_trace
+
+        write_trace(args.trace, result, compiled, spec)
+    if getattr(args, "timeline", None):
+        from .reports.timeline import plot_timeline, save_figure
+
+        figure = plot_timeline(result, compiled, window=_window(args.window), device=spec)
+        save_figure(figure, args.timeline)
+    if getattr(args, "memory_map", None):
+        from .reports.memoryviz import plot_memory_map
+        from .reports.style import save_figure
+
+        save_figure(plot_memory_map(compiled, result), args.memory_map)
+    if getattr(args, "advise", False):
+        from .reports.advisor import advise, format_advice
+
+        print(format_advice(advise(result, compiled, spec)))
+
+
+def cmd_advise(args: argparse.Namespace) -> int:
+    from . import api
+    from .reports.advisor import advise, format_advice
+
+    program = _load(args)
+    spec = api.device(args.device or program.device)
+    compiled, _ = _compile(args, program)
+    result = api.run(compiled, device=spec, numerics=False)
+    print(format_advice(advise(result, compiled, spec)))
+    return 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    from . import api
+    from .reports.profiler import profile, write_csvs
+
+    program = _load(args)
+    spec = api.device(args.device or program.device)
+    compiled, _ = _compile(args, program)
+    report = profile(
+        compiled, spec, mode=args.mode, iterations=args.iterations, schedule=args.schedule
+    )
+    paths = write_csvs(report, args.output)
+    print(report.summary())
+    for path in paths:
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_viz(args: argparse.Namespace) -> int:
+    from . import api
+    from .reports.dagviz import plot_dag, plot_dag_compare
+    from .reports.timeline import save_figure
+
+    program = _load(args)
+    spec = api.device(args.device or program.device)
+    policies = [p for p in (args.compare or "").split(",") if p]
+    if policies:
+        compiled = {p: api.compile(program, device=spec, streams=p, memory=args.memory)
+                    for p in policies}
+        figure = plot_dag_compare(compiled)
+    else:
+        compiled_one, _ = _compile(args, program)
+        figure = plot_dag(compiled_one)
+    save_figure(figure, args.dag)
+    print(f"wrote {args.dag}")
     return 0
 
 
@@ -256,6 +342,9 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": cmd_run,
     "plan-memory": cmd_plan_memory,
     "devices": cmd_devices,
+    "advise": cmd_advise,
+    "profile": cmd_profile,
+    "viz": cmd_viz,
 }
 
 
@@ -290,6 +379,30 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_args(p)
     p.add_argument("--json", action="store_true", help="one JSON object for scripts")
     p.add_argument("--timing-only", action="store_true", help="no numerics (large programs)")
+    p.add_argument("--timeline", metavar="OUT", help="timeline picture (.png, .svg or .pdf)")
+    p.add_argument("--window", metavar="START:END", help="zoom the timeline to this span (µs)")
+    p.add_argument("--trace", metavar="OUT.json", help="Chrome Trace Event JSON (Perfetto)")
+    p.add_argument("--memory-map", metavar="OUT", help="address × time picture of device memory")
+    p.add_argument("--advise", action="store_true", help="append the advisor's findings")
+
+    p = sub.add_parser("advise", help="run and say what to try, with the evidence")
+    _add_program_args(p)
+    _add_compile_args(p)
+
+    p = sub.add_parser("profile", help="msprof-style op summary and statistics CSVs")
+    _add_program_args(p)
+    _add_compile_args(p)
+    p.add_argument("--mode", default="task_trace", choices=("task_trace", "op_trace"))
+    p.add_argument("--iterations", type=int, default=1)
+    p.add_argument("--schedule", metavar="WAIT,WARMUP,ACTIVE[,REPEAT]",
+                   help="torch.profiler-style step schedule (default: record every step)")
+    p.add_argument("-o", "--output", default="profile", help="folder for the CSV files")
+
+    p = sub.add_parser("viz", help="pictures of the stream assignment")
+    _add_program_args(p)
+    _add_compile_args(p)
+    p.add_argument("--dag", required=True, metavar="OUT", help="DAG picture (.png, .svg, .pdf)")
+    p.add_argument("--compare", metavar="P1,P2", help="policies side by side, e.g. single,by-unit")
 
     p = sub.add_parser("plan-memory", help="plan offsets for id,lower,upper,size records")
     p.add_argument("records", help="a CSV file in MiniMalloc's id,lower,upper,size format")

@@ -1,0 +1,238 @@
+"""Real numbers on the emulated device: one byte buffer, typed views, kernels at task boundaries.
+
+Device memory is ONE ``np.zeros(total_bytes, np.uint8)`` array. Every operand of every task is a
+typed strided view into it, built once before the run (``np.ndarray(shape, storage_dtype,
+buffer, offset, strides)``; bf16 is stored as ``uint16`` and converted with
+:func:`~rtgraph.dtypes.from_storage` / :func:`~rtgraph.dtypes.to_storage`).
+
+When values move, and why: a task reads its inputs when it STARTS (its kernel is computed
+then) and writes its output when it FINISHES. Two conflicting tasks whose execution overlaps
+therefore really corrupt each other, as on hardware: a reader that starts before the writer
+finishes sees the old bytes. ``h2d`` reads the host array at start and writes device memory at
+finish; ``d2h`` reads device memory at start and delivers the host output at finish. A failed
+task (injected fault, non-finite result under ``check_finite``) writes nothing.
+
+Inputs and params not supplied are generated exactly as the reference interpreter generates
+them (:func:`rtgraph.data.generate`, seeded by name), so a race-free program reproduces the
+interpreter's outputs bit for bit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ..data import generate
+from ..dtypes import DTYPES, from_storage, to_storage, to_value
+from ..errors import DeviceError, InputError, StreamProgramError, did_you_mean
+from ..ir import TensorType
+from ..ops.registry import lookup, run_kernel
+from ..stream_program import HostTensor, Operand, StreamProgram, Task
+
+# Plan kinds.
+_OP, _H2D, _D2H = 0, 1, 2
+
+
+class DeviceMemory:
+    """The device's bytes and typed views into them."""
+
+    def __init__(self, total_bytes: int) -> None:
+        self.buffer = np.zeros(total_bytes, np.uint8)
+        self._views: dict[tuple[Operand, bool], np.ndarray] = {}
+
+    def view(self, operand: Operand, *, writeable: bool = True) -> np.ndarray:
+        """``operand`` as a storage-form array sharing the buffer's memory (made once)."""
+        key = (operand, writeable)
+        v = self._views.get(key)
+        if v is None:
+            v = self._views[key] = self._make_view(operand, writeable)
+        return v
+
+    def _make_view(self, operand: Operand, writeable: bool) -> np.ndarray:
+        storage = DTYPES[operand.dtype].storage
+        try:
+            v = np.ndarray(operand.shape, storage, self.buffer, operand.offset, operand.strides)
+        except (ValueError, TypeError) as e:
+            raise StreamProgramError(
+                f"operand view of '{operand.tensor}' (offset {operand.offset}, shape "
+                f"{list(operand.shape)}, strides {list(operand.strides)}) does not fit in "
+                f"{self.buffer.size} bytes of device memory: {e}"
+            ) from None
+        if not writeable:
+            v.flags.writeable = False
+        return v
+
+    def write(self, operand: Operand, value: np.ndarray) -> None:
+        """Store a value-form array through ``operand``'s view (at load time)."""
+        self.view(operand)[...] = to_storage(value, operand.dtype).reshape(operand.shape)
+
+
+def _contiguous(name: str, offset: int, shape: tuple[int, ...], dtype: str) -> Operand:
+    strides, step = [], DTYPES[dtype].itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= n
+    return Operand(name, offset, tuple(shape), tuple(reversed(strides)), dtype)
+
+
+def _checked(h: HostTensor, array: Any, origin: str) -> np.ndarray:
+    array = np.asarray(array)
+    if array.dtype.kind not in "fiub":
+        raise InputError(f"{origin} '{h.name}' has dtype {array.dtype}, not numeric")
+    if tuple(array.shape) != tuple(h.shape):
+        raise InputError(
+            f"{origin} '{h.name}' has shape {list(array.shape)}, "
+            f"the program declares {list(h.shape)}",
+            hint=f"supply an array of shape {list(h.shape)} ({h.dtype})",
+        )
+    return np.ascontiguousarray(to_value(array, h.dtype))
+
+
+def host_values(
+    program: StreamProgram,
+    inputs: Mapping[str, np.ndarray] | None,
+    params: Mapping[str, np.ndarray] | None,
+    seed: int,
+) -> dict[str, np.ndarray]:
+    """Value-form arrays of every input, param and const: supplied ones checked, others made."""
+    supplied = {"input": dict(inputs or {}), "param": dict(params or {})}
+    for role, given in supplied.items():
+        known = sorted(h.name for h in program.host_tensors if h.role == role)
+        for name in sorted(given):
+            if name not in known:
+                raise InputError(
+                    f"{role} '{name}' supplied but program '{program.name}' declares no such "
+                    f"{role}",
+                    hint=did_you_mean(name, known)
+                    or f"its {role}s are: {', '.join(known) or '(none)'}",
+                )
+    values: dict[str, np.ndarray] = {}
+    for h in program.host_tensors:
+        if h.role in ("input", "param"):
+            given = supplied[h.role].get(h.name)
+            if given is not None:
+                values[h.name] = _checked(h, given, h.role)
+            else:
+                values[h.name] = generate(h.name, h.shape, h.dtype, seed, param=h.role == "param")
+        elif h.role == "const":
+            value = 0.0 if h.value is None else h.value
+            values[h.name] = np.broadcast_to(to_value(np.asarray(value), h.dtype), h.shape)
+    return values
+
+
+class Numerics:
+    """Executes the data side of tasks: ``start(task)`` reads and computes, ``finish`` writes."""
+
+    def __init__(
+        self,
+        program: StreamProgram,
+        inputs: Mapping[str, np.ndarray] | None = None,
+        params: Mapping[str, np.ndarray] | None = None,
+        seed: int = 0,
+        check_finite: bool = False,
+    ) -> None:
+        self.memory = DeviceMemory(program.memory.total_bytes)
+        self.check_finite = check_finite
+        self.outputs: dict[str, np.ndarray] = {}
+        values = host_values(program, inputs, params, seed)
+        self._load_resident(program, values)
+        self._host = {h.name: values[h.name] for h in program.host_tensors if h.role == "input"}
+        self._plans = [self._plan(t) for t in program.tasks]
+        self._pending: list[Any] = [None] * len(program.tasks)
+        self.nonfinite: dict[int, int] = {}  # task id -> count of non-finite output elements
+
+    # --- before the run ------------------------------------------------------------------
+    def _load_resident(self, program: StreamProgram, values: Mapping[str, np.ndarray]) -> None:
+        """Write params and consts into their regions, as a model load would."""
+        for h in program.host_tensors:
+            if h.role not in ("param", "const"):
+                continue
+            region = program.memory.regions.get(h.name)
+            if region is None:
+                continue  # not used by any task: nothing resident
+            operand = _contiguous(h.name, region.offset, h.shape, h.dtype)
+            self.memory.write(operand, values[h.name])
+
+    def _plan(self, task: Task) -> tuple | None:
+        """What ``start``/``finish`` do for ``task``: precomputed views, op and types."""
+        memory = self.memory
+        if task.duration_us is not None or task.op == "kernel":
+            return None
+        if task.op == "h2d":
+            if task.output is None or task.host not in self._host:
+                raise StreamProgramError(
+                    f"h2d task {task.id} '{task.name}' copies host tensor {task.host!r}, "
+                    "which is not an input of the program"
+                )
+            storage = to_storage(self._host[task.host], task.output.dtype).reshape(
+                task.output.shape
+            )
+            return (_H2D, storage, memory.view(task.output))
+        if task.op == "d2h":
+            if not task.inputs or task.host is None:
+                raise StreamProgramError(f"d2h task {task.id} '{task.name}' has no source/host")
+            src = task.inputs[0]
+            return (_D2H, memory.view(src, writeable=False), src.dtype, task.host)
+        op = lookup(task.op)
+        if op is None or op.kernel is None:
+            raise StreamProgramError(
+                f"task {task.id} '{task.name}' runs op {task.op!r}, which has no kernel",
+                span=task.span,
+            )
+        if task.output is None:
+            raise StreamProgramError(f"task {task.id} '{task.name}' ({task.op}) has no output")
+        views = tuple(memory.view(o, writeable=False) for o in task.inputs)
+        dtypes = tuple(o.dtype for o in task.inputs)
+        out = task.output
+        out_type = TensorType(tuple(out.shape), out.dtype)
+        return (_OP, op, views, dtypes, dict(task.attrs), memory.view(out), out_type, task)
+
+    # --- while running -------------------------------------------------------------------
+    def start(self, task: int) -> None:
+        """Read the task's inputs now and compute what it will write at finish."""
+        plan = self._plans[task]
+        if plan is None:
+            return
+        kind = plan[0]
+        if kind == _OP:
+            _, op, views, dtypes, attrs, _out, out_type, t = plan
+            arrays = [
+                from_storage(v, d) if d == "bf16" else v for v, d in zip(views, dtypes, strict=True)
+            ]
+            try:
+                result = run_kernel(op, arrays, attrs, out_type)
+            except Exception as e:  # a kernel bug or a malformed program, never user data
+                raise DeviceError(
+                    f"while executing task {task} '{t.name}' ({t.op}): {type(e).__name__}: {e}",
+                    span=t.span,
+                ) from e
+            if np.may_share_memory(result, self.memory.buffer):
+                result = result.copy()  # a view kernel: freeze what it saw now
+            if self.check_finite and DTYPES[out_type.dtype].is_float:
+                bad = int(result.size - np.count_nonzero(np.isfinite(result)))
+                if bad:
+                    self.nonfinite[task] = bad
+            self._pending[task] = to_storage(result, out_type.dtype)
+        elif kind == _H2D:
+            self._pending[task] = plan[1]
+        else:
+            self._pending[task] = np.array(plan[1])  # copy: later writes must not show
+
+    def finish(self, task: int, failed: bool) -> None:
+        """Write the task's result (unless it failed) and drop it."""
+        plan = self._plans[task]
+        if plan is None:
+            return
+        pending = self._pending[task]
+        self._pending[task] = None
+        if failed:
+            return
+        kind = plan[0]
+        if kind == _OP:
+            plan[5][...] = pending
+        elif kind == _H2D:
+            plan[2][...] = pending
+        else:
+            self.outputs[plan[3]] = from_storage(pending, plan[2])

@@ -1,0 +1,156 @@
+"""The dynamic race detector: conflicting tasks that really overlapped in time.
+
+Two tasks race in a run when their execution intervals ``[start, end)`` overlap and their byte
+ranges conflict — one writes bytes the other reads or writes (the tasks' ``reads``/``writes``).
+The kind is named by issue order: the earlier-issued task writes and the later reads → RAW;
+reads then writes → WAR; both write → WAW. Unlike the static checker
+(:mod:`rtgraph.races`, happens-before over the program), this reports what *did* collide in
+one timeline, so a missing barrier that the schedule happened to hide is not reported here.
+
+Everything is vectorised: tasks sorted by start give, for each task, the contiguous run of
+later-starting tasks that begin before it ends (one ``searchsorted``); those time-overlapping
+pairs are expanded to pairs of their byte ranges and tested at once. The work is proportional
+to the number of overlapping pairs (bounded by the device's concurrency), not to n².
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from itertools import chain
+
+import numpy as np
+
+KINDS = ("RAW", "WAR", "WAW")
+
+
+@dataclass(frozen=True)
+class ObservedRace:
+    """Tasks ``first`` (issued earlier) and ``second`` touched ``[lo, hi)`` while both ran."""
+
+    first: int
+    second: int
+    kind: str
+    lo: int
+    hi: int
+    first_stream: int
+    second_stream: int
+    overlap_start: float
+    overlap_end: float
+
+    def describe(self, names: Sequence[str] | None = None) -> str:
+        def name(t: int) -> str:
+            return f"task {t}" + (f" '{names[t]}'" if names is not None else "")
+
+        return (
+            f"{self.kind}: {name(self.first)} (stream {self.first_stream}) and "
+            f"{name(self.second)} (stream {self.second_stream}) touch bytes "
+            f"[{self.lo}, {self.hi}) while both run "
+            f"(t={self.overlap_start:g}..{self.overlap_end:g} µs)"
+        )
+
+
+def _accesses(
+    reads: Sequence[Sequence[tuple[int, int]]], writes: Sequence[Sequence[tuple[int, int]]]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Every non-empty access as CSR arrays grouped by task: (ptr, lo, hi, is_write)."""
+    n = len(reads)
+    owners, bounds, kinds = [], [], []
+    for ranges, is_write in ((reads, False), (writes, True)):
+        counts = np.fromiter(map(len, ranges), np.int64, n)
+        flat = np.array(list(chain.from_iterable(ranges)), np.int64).reshape(-1, 2)
+        owners.append(np.repeat(np.arange(n), counts))
+        bounds.append(flat)
+        kinds.append(np.full(flat.shape[0], is_write))
+    owner = np.concatenate(owners)
+    lo, hi = np.concatenate(bounds).T
+    write = np.concatenate(kinds)
+    keep = np.flatnonzero(lo < hi)
+    order = keep[np.argsort(owner[keep], kind="stable")]
+    ptr = np.zeros(n + 1, np.int64)
+    np.cumsum(np.bincount(owner[order], minlength=n), out=ptr[1:])
+    return ptr, lo[order], hi[order], write[order]
+
+
+def _expand(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """For counts c: the owner index of each of sum(c) slots, and the slot's rank within it."""
+    owner = np.repeat(np.arange(counts.size), counts)
+    first = np.cumsum(counts) - counts
+    rank = np.arange(owner.size) - first[owner]
+    return owner, rank
+
+
+def detect_races(
+    start: Sequence[float | None],
+    end: Sequence[float | None],
+    issue_rank: Sequence[int],
+    stream: Sequence[int],
+    reads: Sequence[Sequence[tuple[int, int]]],
+    writes: Sequence[Sequence[tuple[int, int]]],
+) -> list[ObservedRace]:
+    """Races among tasks that ran (``start``/``end`` not None), one per task pair and kind.
+
+    ``issue_rank[t]`` orders tasks by when they were issued (ties in time keep issue order).
+    Byte ranges of one pair and kind are merged into their hull ``[min lo, max hi)``.
+    """
+    ran = np.array([s is not None and e is not None for s, e in zip(start, end, strict=True)], bool)
+    ids = np.flatnonzero(ran)
+    if ids.size < 2:
+        return []
+    s = np.array([start[i] for i in ids], np.float64)
+    e = np.array([end[i] for i in ids], np.float64)
+    rank = np.asarray(issue_rank, np.int64)[ids]
+    order = np.lexsort((rank, s))  # by start, then issue order
+    ids, s, e, rank = ids[order], s[order], e[order], rank[order]
+    # Time-overlapping pairs (i, j), i before j in start order: j in (i, upto[i]).
+    upto = np.searchsorted(s, e, side="left")
+    counts = np.maximum(upto - np.arange(ids.size) - 1, 0)
+    pi, k = _expand(counts)
+    pj = pi + 1 + k
+    keep = e[pj] > s[pi]  # strict overlap (a zero-length task overlaps nothing)
+    pi, pj = pi[keep], pj[keep]
+    if pi.size == 0:
+        return []
+    # Expand each pair to its access pairs.
+    ptr, lo, hi, w = _accesses(reads, writes)
+    ti, tj = ids[pi], ids[pj]
+    ni, nj = ptr[ti + 1] - ptr[ti], ptr[tj + 1] - ptr[tj]
+    p, k = _expand(ni * nj)
+    a = ptr[ti[p]] + k // nj[p]
+    b = ptr[tj[p]] + k % nj[p]
+    hit = (w[a] | w[b]) & (lo[a] < hi[b]) & (lo[b] < hi[a])
+    p, a, b = p[hit], a[hit], b[hit]
+    if p.size == 0:
+        return []
+    # pi comes first in start order and, at equal starts, in issue order: it is "first".
+    wa, wb = w[a], w[b]
+    kind = np.where(wa & wb, 2, np.where(wa, 0, 1))  # RAW / WAR / WAW
+    olo = np.maximum(lo[a], lo[b])
+    ohi = np.minimum(hi[a], hi[b])
+    key = p * 3 + kind
+    order = np.argsort(key, kind="stable")
+    key, olo, ohi = key[order], olo[order], ohi[order]
+    starts = np.flatnonzero(np.r_[True, key[1:] != key[:-1]])
+    group_lo = np.minimum.reduceat(olo, starts)
+    group_hi = np.maximum.reduceat(ohi, starts)
+    group_key = key[starts]
+    races = []
+    for gk, glo, ghi in zip(group_key.tolist(), group_lo.tolist(), group_hi.tolist(), strict=True):
+        pair, kd = divmod(gk, 3)
+        i, j = int(pi[pair]), int(pj[pair])
+        first, second = int(ids[i]), int(ids[j])
+        races.append(
+            ObservedRace(
+                first=first,
+                second=second,
+                kind=KINDS[kd],
+                lo=glo,
+                hi=ghi,
+                first_stream=int(stream[first]),
+                second_stream=int(stream[second]),
+                overlap_start=float(max(s[i], s[j])),
+                overlap_end=float(min(e[i], e[j])),
+            )
+        )
+    races.sort(key=lambda r: (r.overlap_start, r.first, r.second, r.kind))
+    return races

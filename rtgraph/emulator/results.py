@@ -1,0 +1,231 @@
+"""What a run produced: the timeline, the time accounting, the outputs, and how to show them.
+
+:class:`RunResult` is the emulator's one output type. Reports, timelines and traces read it;
+``summary()`` is a plain-text table and ``to_json()`` a JSON-ready dict (the lead's comparison
+with the reference interpreter goes under ``"reference"``).
+
+Time accounting, all in microseconds over ``[0, makespan]``:
+
+* a unit's utilization is its busy core-time (``cores × (end − start)`` summed over its tasks)
+  over ``unit cores × makespan``;
+* a stream is *busy* while at least one of its tasks runs, *waiting* while its head is an
+  event wait that has not passed, *in callback* while a blocking callback holds it, and *idle*
+  otherwise;
+* the host thread is *busy* in ioctls, *blocked* in syncs, full-queue stalls and pageable
+  copies, and *idle* otherwise (after its last command too); callbacks run on their own lane.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .races import ObservedRace
+
+
+@dataclass(slots=True)
+class TaskRecord:
+    """One task's life: submitted (entered its queue), ready (eligible), start, end.
+
+    Records of a run are read-only by convention; they are not frozen because a frozen
+    dataclass is several times slower to create, and a run creates one per task.
+
+    ``ready`` is when stream order, marks and events first allowed the task to issue; ``start
+    − ready`` is time spent waiting for free cores. Times are None for a task that never ran
+    (discarded under stop-on-failure, or a run that ended early with an error).
+    """
+
+    id: int
+    name: str
+    op: str
+    unit: str
+    stream: int
+    cores: int
+    submit: float | None
+    ready: float | None
+    start: float | None
+    end: float | None
+    waited_on: tuple[int, ...] = ()
+    failed: bool = False
+
+    @property
+    def duration(self) -> float | None:
+        return None if self.start is None or self.end is None else self.end - self.start
+
+
+@dataclass(slots=True)
+class HostActivity:
+    """A slice of a host lane.
+
+    ``lane`` is "host" or "callback"; ``kind`` is "submit", "blocked" or "callback".
+    """
+
+    lane: str
+    kind: str
+    start: float
+    end: float
+    label: str
+    stream: int | None = None
+
+
+@dataclass(slots=True)
+class EventRecordTime:
+    """When generation ``generation`` of ``event``, recorded on ``stream``, completed."""
+
+    event: int
+    generation: int
+    stream: int
+    time: float
+
+
+@dataclass(slots=True)
+class EventWaitTime:
+    """A wait on ``stream`` for ``(event, generation)``: blocked from ``start`` to ``end``."""
+
+    event: int
+    generation: int
+    stream: int
+    start: float
+    end: float
+
+
+@dataclass(frozen=True)
+class StreamStats:
+    stream: int
+    name: str
+    priority: int
+    tasks: int
+    busy_us: float
+    waiting_us: float
+    callback_us: float
+    idle_us: float
+
+
+@dataclass(frozen=True)
+class HostStats:
+    busy_us: float
+    blocked_us: float
+    idle_us: float
+    ioctls: int
+    callbacks: int
+    callback_busy_us: float
+
+
+@dataclass
+class RunResult:
+    """Everything one emulated run produced."""
+
+    program: str
+    device: str
+    makespan_us: float
+    utilization: dict[str, float]
+    streams: list[StreamStats]
+    host: HostStats
+    memory_peak_bytes: int
+    events: int
+    barriers: int
+    tasks: list[TaskRecord]
+    host_activities: list[HostActivity]
+    event_records: list[EventRecordTime]
+    event_waits: list[EventWaitTime]
+    outputs: dict[str, np.ndarray]
+    races: list[ObservedRace]
+    faults: list[int] = field(default_factory=list)
+    profile: str | None = None
+    numerics: bool = True
+    reference: dict[str, Any] | None = None
+
+    def task(self, name: str) -> TaskRecord:
+        """The record of the task called ``name`` (first match)."""
+        for t in self.tasks:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def summary(self) -> str:
+        """A plain-text table of the run."""
+        lines = [
+            f"program {self.program} on {self.device}: makespan {self.makespan_us:.3f} µs, "
+            f"tasks {len(self.tasks)}, events {self.events}, barriers {self.barriers}, "
+            f"memory peak {self.memory_peak_bytes:,} B"
+            + (f", profile {self.profile}" if self.profile else ""),
+            "",
+            f"{'unit':<8} {'utilization':>11}",
+        ]
+        for unit, u in self.utilization.items():
+            lines.append(f"{unit:<8} {u:>10.1%}")
+        lines += [
+            "",
+            f"{'stream':<16} {'prio':>4} {'tasks':>6} {'busy µs':>10} {'waiting µs':>11} "
+            f"{'callback µs':>12} {'idle µs':>10}",
+        ]
+        for s in self.streams:
+            lines.append(
+                f"{f'{s.stream} {s.name}':<16} {s.priority:>4} {s.tasks:>6} {s.busy_us:>10.3f} "
+                f"{s.waiting_us:>11.3f} {s.callback_us:>12.3f} {s.idle_us:>10.3f}"
+            )
+        h = self.host
+        lines += [
+            "",
+            f"host: busy {h.busy_us:.3f} µs ({h.ioctls} ioctls), blocked {h.blocked_us:.3f} µs, "
+            f"idle {h.idle_us:.3f} µs; callbacks {h.callbacks} ({h.callback_busy_us:.3f} µs)",
+        ]
+        names = [t.name for t in self.tasks]
+        lines.append(f"races observed: {len(self.races)}")
+        lines += [f"  {r.describe(names)}" for r in self.races[:10]]
+        if len(self.races) > 10:
+            lines.append(f"  … and {len(self.races) - 10} more")
+        if self.faults:
+            lines.append(f"failed tasks: {', '.join(str(t) for t in self.faults)}")
+        return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        """The figures reports compare, JSON-ready."""
+        return {
+            "program": self.program,
+            "device": self.device,
+            "makespan_us": self.makespan_us,
+            "utilization": dict(self.utilization),
+            "events": self.events,
+            "barriers": self.barriers,
+            "memory_peak_bytes": self.memory_peak_bytes,
+            "races": len(self.races),
+            "race_details": [
+                {
+                    "first": r.first,
+                    "second": r.second,
+                    "kind": r.kind,
+                    "lo": r.lo,
+                    "hi": r.hi,
+                    "first_stream": r.first_stream,
+                    "second_stream": r.second_stream,
+                }
+                for r in self.races
+            ],
+            "tasks": len(self.tasks),
+            "streams": [s.__dict__.copy() for s in self.streams],
+            "host": self.host.__dict__.copy(),
+            "faults": list(self.faults),
+            "profile": self.profile,
+            "numerics": self.numerics,
+            "reference": self.reference,
+        }
+
+
+def union_length(starts: Sequence[float], ends: Sequence[float]) -> float:
+    """Total length covered by the intervals ``[starts[i], ends[i])`` (overlaps counted once)."""
+    if len(starts) == 0:
+        return 0.0
+    s = np.asarray(starts, np.float64)
+    e = np.asarray(ends, np.float64)
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    reach = np.maximum.accumulate(e)
+    # A new covered segment begins where an interval starts after everything before it ended.
+    new = np.r_[True, s[1:] > reach[:-1]]
+    seg_start = s[new]
+    seg_end = reach[np.r_[np.flatnonzero(new)[1:] - 1, s.size - 1]]
+    return float(np.sum(seg_end - seg_start))

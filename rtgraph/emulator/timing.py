@@ -1,0 +1,190 @@
+"""How long each task runs: fixed parts from the cost model, HBM traffic re-timed while running.
+
+A task's duration has up to three parts (all in microseconds, from :mod:`rtgraph.costmodel`):
+
+* ``launch`` — its unit's ``launch_us``, paid first;
+* ``body`` — compute time (cube/vector: ``compute_us`` at ``block_dim`` cores and the dtype of
+  the output operand, or of the first input), a copy's transfer time (dma: ``dma_us``), or a
+  synthetic kernel's ``duration_us``;
+* ``bytes`` — for cube/vector tasks, the HBM traffic (``bytes_read + bytes_written``).
+
+A cube/vector task ends at ``start + launch + max(body, memory)`` where memory is the time its
+bytes take at its share of HBM bandwidth. The share is not fixed: bandwidth is split equally
+among every running cube/vector task that still has bytes to move, so the :class:`HbmTimer`
+tracks each such task's remaining bytes and re-times all of them whenever one joins (its launch
+overhead is over) or leaves (its bytes are done). Completion events that a re-timing made stale
+carry an old version number and are ignored. Alone, a task takes exactly
+``costmodel.estimate_us``.
+
+Profiling modes stretch every task by ``1 + overhead``: launch and body are multiplied, and a
+task's bytes are multiplied too (at a fixed share that is the same as a proportionally slower
+transfer).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..costmodel import compute_us, dma_us, unit_of
+from ..device import DeviceSpec
+from ..dtypes import DTYPES
+from ..errors import DeviceError, UsageError
+from ..stream_program import StreamProgram, Task
+from .engine import STATE, Engine
+
+PROFILES = ("task_trace", "op_trace")
+
+
+def profile_stretch(profile: str | None, spec: DeviceSpec) -> float:
+    """The factor a profiling mode stretches every task by (1.0 without profiling)."""
+    if profile is None:
+        return 1.0
+    if profile == "task_trace":
+        return 1.0 + spec.profiling.task_trace_overhead
+    if profile == "op_trace":
+        return 1.0 + spec.profiling.op_trace_overhead
+    raise UsageError(
+        f"unknown profile mode {profile!r}",
+        hint=f"use one of {', '.join(PROFILES)}, or none",
+    )
+
+
+@dataclass
+class TaskCosts:
+    """Per-task timing inputs, indexed by task id (lists: read once per task while running)."""
+
+    unit: list[str]
+    cores: list[int]
+    launch: list[float]
+    body: list[float]
+    bytes: list[float]
+
+
+def _nbytes(task: Task) -> int:
+    moved = max(task.bytes_read, task.bytes_written)
+    if moved:
+        return moved
+    operand = task.output if task.op == "h2d" or not task.inputs else task.inputs[0]
+    if operand is None:
+        return 0
+    size = 1
+    for n in operand.shape:
+        size *= n
+    return size * DTYPES[operand.dtype].itemsize
+
+
+def _compute_dtype(task: Task) -> str:
+    if task.output is not None:
+        return task.output.dtype
+    return task.inputs[0].dtype if task.inputs else "f32"
+
+
+def task_costs(program: StreamProgram, spec: DeviceSpec, stretch: float = 1.0) -> TaskCosts:
+    """Every task's unit, cores, launch, body and HBM bytes on ``spec``, validated."""
+    pinned = {h.name: h.pinned for h in program.host_tensors}
+    n = len(program.tasks)
+    costs = TaskCosts([""] * n, [1] * n, [0.0] * n, [0.0] * n, [0.0] * n)
+    for t in program.tasks:
+        unit = unit_of(t.unit, spec)
+        if not 1 <= t.block_dim <= unit.cores:
+            raise DeviceError(
+                f"task {t.id} '{t.name}' ({t.op}) needs {t.block_dim} {t.unit} cores; "
+                f"device '{spec.name}' has {unit.cores}",
+                span=t.span,
+                hint="recompile the program for this device",
+            )
+        if t.duration_us is not None:
+            body, moved = float(t.duration_us), 0.0
+        elif t.unit == "dma":
+            kind = t.op if t.op in ("h2d", "d2h") else "d2d"
+            body = dma_us(_nbytes(t), kind, spec, pinned.get(t.host or "", True))
+            moved = 0.0
+        else:
+            flops = t.flops
+            body = compute_us(t.unit, _compute_dtype(t), flops, t.block_dim, spec) if flops else 0.0
+            moved = float(t.bytes_read + t.bytes_written)
+        costs.unit[t.id] = t.unit
+        costs.cores[t.id] = t.block_dim
+        costs.launch[t.id] = unit.launch_us * stretch
+        costs.body[t.id] = body * stretch
+        costs.bytes[t.id] = moved * stretch
+    return costs
+
+
+class _Transfer:
+    """A running task's HBM traffic: bytes left, rate now, when last brought up to date."""
+
+    __slots__ = ("last", "rate", "remaining", "version")
+
+    def __init__(self, remaining: float, now: float) -> None:
+        self.remaining = remaining
+        self.rate = 0.0
+        self.last = now
+        self.version = 0
+
+
+class HbmTimer:
+    """Schedules each started task's completion, sharing HBM bandwidth among running tasks.
+
+    ``begin(task)`` is called when the hardware dispatches a task; ``on_finish(task)`` is called
+    (from the event loop) when it completes.
+    """
+
+    def __init__(
+        self, engine: Engine, spec: DeviceSpec, costs: TaskCosts, on_finish: Callable[[int], None]
+    ) -> None:
+        self.engine = engine
+        self.costs = costs
+        self.on_finish = on_finish
+        self.bandwidth = spec.memory.bandwidth  # bytes per second, shared
+        self.active: dict[int, _Transfer] = {}  # insertion order: deterministic
+        self.compute_end: dict[int, float] = {}
+        self.retimes = 0
+
+    def begin(self, task: int) -> None:
+        engine = self.engine
+        costs = self.costs
+        if costs.bytes[task] > 0.0:
+            engine.at(engine.now + costs.launch[task], STATE, self._body_start, task)
+        else:
+            engine.at(
+                engine.now + costs.launch[task] + costs.body[task], STATE, self.on_finish, task
+            )
+
+    def _body_start(self, task: int) -> None:
+        now = self.engine.now
+        self.compute_end[task] = now + self.costs.body[task]
+        self.active[task] = _Transfer(self.costs.bytes[task], now)
+        self._retime(now)
+
+    def _retime(self, now: float) -> None:
+        """Bring every transfer up to ``now`` and reschedule it at its new equal share."""
+        self.retimes += 1
+        active = self.active
+        if not active:
+            return
+        share = self.bandwidth / len(active)  # bytes per second each
+        engine = self.engine
+        for task, tr in active.items():
+            if tr.rate:
+                tr.remaining = max(0.0, tr.remaining - tr.rate * (now - tr.last) / 1e6)
+            tr.last = now
+            tr.rate = share
+            tr.version += 1
+            # Same formula as costmodel.memory_us: bytes * 1e6 / (bandwidth * share).
+            engine.at(now + tr.remaining * 1e6 / share, STATE, self._bytes_done, (task, tr.version))
+
+    def _bytes_done(self, key: tuple[int, int]) -> None:
+        task, version = key
+        tr = self.active.get(task)
+        if tr is None or tr.version != version:
+            return  # re-timed since this event was scheduled
+        del self.active[task]
+        now = self.engine.now
+        self._retime(now)
+        end = self.compute_end.pop(task)
+        if end > now:
+            self.engine.at(end, STATE, self.on_finish, task)
+        else:
+            self.on_finish(task)
