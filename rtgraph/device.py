@@ -51,7 +51,14 @@ class MemorySpec:
 
 @dataclass(frozen=True)
 class HostSpec:
-    """The host and its link: copies, submission (ioctl) cost and batching."""
+    """The host and its link: copies, submission (ioctl) cost and batching.
+
+    ``batch_flush`` says when a stream's pending batch is submitted before it is full:
+    ``switch`` (default) — as soon as the host moves on to a command for another stream, so no
+    stream's work waits on another's batch filling; ``full`` — only when full or before the
+    host blocks (fewer ioctls; a stream whose batch never fills starves, and under a full
+    queue a wait whose record sits in an unsubmitted batch deadlocks).
+    """
 
     link_bandwidth: float
     link_latency_us: float
@@ -61,6 +68,7 @@ class HostSpec:
     batch_size: int
     callback_us: float = 1.0
     sync_us: float = 1.0
+    batch_flush: Literal["switch", "full"] = "switch"
 
 
 @dataclass(frozen=True)

@@ -374,6 +374,7 @@ HOST_KEYS: dict[str, Rule] = {
     "batch_size": POSITIVE_INT,
     "callback_us": _optional(NONNEG),
     "sync_us": _optional(NONNEG),
+    "batch_flush": _optional(Rule("'switch' or 'full'", _choice("switch", "full"))),
 }
 SCHEDULER_KEYS: dict[str, Rule] = {
     "queue_depth": POSITIVE_INT,

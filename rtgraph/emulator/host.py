@@ -8,6 +8,8 @@ The host thread walks ``program.commands`` in order (one process of the event lo
   next sync; a no-op under ``cuda``);
 * a batch that reaches its stream's batch size (``host.batch_size``, overridable per stream,
   at most the queue depth) is submitted with one ioctl costing ``ioctl_us + submit_us × n``;
+  under ``host.batch_flush = "switch"`` (the default) a stream's batch is also submitted as
+  soon as the host moves on to a command for another stream;
   its entries enter the device queue when the ioctl completes. A batch that would overfill the
   stream's queue (``scheduler.queue_depth`` entries not yet retired) blocks the host until
   enough entries retire ("queue full"; other batches are not flushed meanwhile);
@@ -141,6 +143,7 @@ class Host:
         pending = self.pending
         entries = hw.entry
         waits_since_launch = self.waits_since_launch
+        flush_on_switch = self.spec.host.batch_flush == "switch"
         for cmd in self.program.commands:
             if type(cmd) is Sync:
                 yield from self._sync(cmd)
@@ -158,6 +161,8 @@ class Host:
                 entry = self._entry(cmd)
             batch = pending.get(sid)
             if batch is None:
+                if flush_on_switch and pending:
+                    yield from self._flush_all()
                 batch = pending[sid] = []
             batch.append(entry)
             if entry.kind == LAUNCH and entry.ref in self.pageable_copies:
