@@ -61,7 +61,8 @@ def check_array(tensor: Tensor, array: np.ndarray, origin: str) -> np.ndarray:
             span=tensor.span,
             hint=f"supply an array of shape {list(tensor.type.shape)} ({tensor.type.dtype})",
         )
-    return np.ascontiguousarray(to_value(array, tensor.type.dtype))
+    value = to_value(array, tensor.type.dtype)
+    return value if value.flags.c_contiguous else np.ascontiguousarray(value)
 
 
 def host_values(
@@ -127,7 +128,7 @@ def evaluate(
         op = lookup(node.op)
         out = program.tensors[node.output]
         result = run_kernel(op, [values[name] for name in node.inputs], node.attrs, out.type)
-        if op.unit != "layout":
-            result = np.ascontiguousarray(result)
+        if op.unit != "layout" and not result.flags.c_contiguous:
+            result = np.ascontiguousarray(result)  # (never for 0-d: it would become 1-d)
         values[node.output] = result
     return {name: values[name] for name in program.outputs}
