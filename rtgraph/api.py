@@ -79,13 +79,20 @@ def compile(  # noqa: A001 - the natural name for the stage
     device: str | DeviceSpec | None = None,
     streams: str | StreamPolicy = "auto",
     memory: str = "greedy",
+    alloc: str = "static",
     check: bool = False,
 ) -> StreamProgram:
-    """Compile a checked program into a stream program for ``device``."""
+    """Compile a checked program into a stream program for ``device``.
+
+    ``alloc`` is ``static`` (the memory plan ``memory``) or a run-time allocator: ``direct``,
+    ``pool``, ``pytorch``, ``buddy`` or ``mixed`` (params direct, activations pooled).
+    """
     from .compiler import compile_program
 
     spec = globals()["device"](device if device is not None else program.device)
-    return compile_program(program, spec, streams=streams, memory=memory, check=check)
+    return compile_program(
+        program, spec, streams=streams, memory=memory, alloc=alloc, check=check
+    )
 
 
 def run(

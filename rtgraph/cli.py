@@ -92,7 +92,7 @@ def _compile(args: argparse.Namespace, program=None):
 
     program = program if program is not None else _load(args)
     return api.compile(
-        program, device=args.device, streams=args.streams, memory=args.memory
+        program, device=args.device, streams=args.streams, memory=args.memory, alloc=args.alloc
     ), program
 
 
@@ -286,7 +286,8 @@ def cmd_viz(args: argparse.Namespace) -> int:
     spec = api.device(args.device or program.device)
     policies = [p for p in (args.compare or "").split(",") if p]
     if policies:
-        compiled = {p: api.compile(program, device=spec, streams=p, memory=args.memory)
+        compiled = {p: api.compile(program, device=spec, streams=p, memory=args.memory,
+                                   alloc=args.alloc)
                     for p in policies}
         figure = plot_dag_compare(compiled)
     else:

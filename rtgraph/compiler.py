@@ -14,6 +14,7 @@ from typing import Any
 
 from .device import DeviceSpec
 from .ir import Program
+from .passes.allocate_at_runtime import allocate_at_runtime
 from .passes.assign_streams import assign_streams
 from .passes.find_hazards import find_hazards
 from .passes.insert_barriers import insert_barriers
@@ -30,6 +31,18 @@ PASSES: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("assign_streams", assign_streams),
     ("insert_barriers", insert_barriers),
 )
+#: With run-time allocation (``--alloc``) addresses depend on the submission order, so the
+#: allocator runs after stream assignment and hazards are found again on its addresses.
+RUNTIME_ALLOC_PASSES: tuple[tuple[str, Callable[..., Any]], ...] = (
+    ("lower", lower),
+    ("plan_memory", plan_memory),
+    ("find_hazards", find_hazards),
+    ("assign_streams", assign_streams),
+    ("allocate_at_runtime", allocate_at_runtime),
+    ("find_hazards", find_hazards),
+    ("insert_barriers", insert_barriers),
+)
+ALLOC_MODES = ("static", "direct", "pool", "pytorch", "buddy", "mixed")
 
 
 @dataclass(frozen=True)
@@ -50,18 +63,33 @@ def compile_program(
     *,
     streams: str | StreamPolicy = "auto",
     memory: str = "greedy",
+    alloc: str = "static",
     check: bool = False,
 ) -> StreamProgram:
-    """Compile a checked program for ``device`` into a stream program."""
+    """Compile a checked program for ``device`` into a stream program.
+
+    ``memory`` is the static plan (``none``/``greedy``); ``alloc`` other than ``static``
+    replaces it by run-time allocation from that allocator (see
+    :mod:`rtgraph.passes.allocate_at_runtime`).
+    """
+    if alloc not in ALLOC_MODES:
+        from .errors import UsageError
+
+        raise UsageError(
+            f"unknown allocation mode '{alloc}'", hint=f"choose one of: {', '.join(ALLOC_MODES)}"
+        )
     policy = default_policy(program) if streams == "auto" else streams
     graph: Any = program
-    for name, run in PASSES:
+    passes = PASSES if alloc == "static" else RUNTIME_ALLOC_PASSES
+    for name, run in passes:
         if name == "lower":
             graph = run(graph, device=device)
         elif name == "plan_memory":
-            graph = run(graph, policy=memory)
+            graph = run(graph, policy=memory if alloc == "static" else "none")
         elif name == "assign_streams":
             graph = run(graph, policy=policy)
+        elif name == "allocate_at_runtime":
+            graph = run(graph, kind=alloc)
         else:
             graph = run(graph)
         if check and isinstance(graph, TaskGraph):

@@ -9,7 +9,7 @@ source language:
   ground truth for hazards).
 * ``commands`` — what the host thread submits, *in submission order*, each to one stream:
   launch a task, record or wait an event, a barrier mark (for devices that reorder), a host
-  callback, or a host sync. Per-stream instruction lists are this list filtered by stream, and
+  callback, or a host sync; with run-time allocation also the host's allocate and free calls. Per-stream instruction lists are this list filtered by stream, and
   the order across streams matters exactly as on a real runtime (a wait uses the latest record
   submitted before it).
 * ``memory`` — where every tensor lives in the one device-memory buffer.
@@ -134,7 +134,33 @@ class Sync:
     span: Span | None = None
 
 
-Command = Launch | Record | Wait | Barrier | Callback | Sync
+@dataclass(frozen=True)
+class Alloc:
+    """The host allocates ``tensor`` at run time (``--alloc``): host time ``latency_us``.
+
+    ``address`` is where the allocator put it (the task operands already use it); ``stream``
+    is the stream the memory is ordered on (stream-ordered allocators).
+    """
+
+    stream: int
+    tensor: str
+    address: int
+    size: int
+    latency_us: float
+    allocator: str = ""
+
+
+@dataclass(frozen=True)
+class Free:
+    """The host frees ``tensor`` after submitting its last use: host time ``latency_us``."""
+
+    stream: int
+    tensor: str
+    latency_us: float
+    allocator: str = ""
+
+
+Command = Launch | Record | Wait | Barrier | Callback | Sync | Alloc | Free
 COMMAND_TYPES: dict[str, type] = {
     "launch": Launch,
     "record": Record,
@@ -142,7 +168,11 @@ COMMAND_TYPES: dict[str, type] = {
     "barrier": Barrier,
     "callback": Callback,
     "sync": Sync,
+    "alloc": Alloc,
+    "free": Free,
 }
+#: Commands that only the host thread executes (no entry in any stream's queue).
+HOST_ONLY: tuple[type, ...] = (Sync, Alloc, Free)
 _COMMAND_NAMES = {v: k for k, v in COMMAND_TYPES.items()}
 
 
@@ -223,7 +253,7 @@ class StreamProgram:
         """Per-stream instruction lists (commands filtered by stream, order kept)."""
         out: dict[int, list[Command]] = {s.id: [] for s in self.streams}
         for c in self.commands:
-            if not isinstance(c, Sync):
+            if not isinstance(c, HOST_ONLY):
                 out[c.stream].append(c)
         return out
 

@@ -10,6 +10,7 @@ graph (``dataclasses.replace``) rather than mutating its input:
 ``plan_memory``           ``memory``: a region per storage
 ``find_hazards``          ``hazards``: RAW/WAR/WAW pairs on byte ranges, as DAG edges
 ``assign_streams``        ``streams``, ``stream_of`` and the submission ``order``
+``allocate_at_runtime``   (``--alloc``) ``memory`` from an allocator, ``alloc_ops``
 ``insert_barriers``       → the :class:`~rtgraph.stream_program.StreamProgram`
 ========================  ========================================================
 """
@@ -131,6 +132,7 @@ class TaskGraph:
     streams: tuple[StreamInfo, ...] = ()
     stream_of: dict[int, int] | None = None
     order: tuple[int, ...] | None = None
+    alloc_ops: dict[str, Any] | None = None
     notes: dict[str, Any] = field(default_factory=dict)
 
     def task_ids(self) -> range:

@@ -15,6 +15,8 @@ The host thread walks ``program.commands`` in order (one process of the event lo
   enough entries retire ("queue full"; other batches are not flushed meanwhile);
 * before the host blocks — a Sync, or a copy of pageable host memory — every pending batch is
   flushed (in the order the batches were started), and at the end of the program too;
+* an Alloc / Free (run-time allocation) costs the host its allocator latency, recorded on the
+  host lane as an ``alloc`` / ``free`` slice;
 * a Sync blocks until its target (an event's captured record, a stream, the device) is done,
   then takes ``sync_us`` to return and raises the earliest device error that occurred by then;
 * a Launch of an ``h2d``/``d2h`` copy of a ``pinned=False`` host tensor blocks until the copy
@@ -31,7 +33,17 @@ from typing import Any
 
 from ..device import DeviceSpec
 from ..errors import DeviceError, StreamProgramError
-from ..stream_program import Barrier, Callback, Launch, Record, StreamProgram, Sync, Wait
+from ..stream_program import (
+    Alloc,
+    Barrier,
+    Callback,
+    Free,
+    Launch,
+    Record,
+    StreamProgram,
+    Sync,
+    Wait,
+)
 from .engine import HOST, STATE, Engine
 from .hardware import BARRIER, CALLBACK, LAUNCH, RECORD, WAIT, Entry, Hardware, StreamState
 
@@ -147,6 +159,15 @@ class Host:
         for cmd in self.program.commands:
             if type(cmd) is Sync:
                 yield from self._sync(cmd)
+                continue
+            if type(cmd) is Alloc or type(cmd) is Free:
+                # The host thread itself spends the allocator's time (run-time allocation).
+                if cmd.latency_us > 0:
+                    now = self.engine.now
+                    verb = "alloc" if type(cmd) is Alloc else "free"
+                    label = f"{verb} {cmd.tensor} ({cmd.allocator})"
+                    self.activities.append((verb, now, now + cmd.latency_us, label, cmd.stream))
+                    yield cmd.latency_us
                 continue
             sid = cmd.stream
             if type(cmd) is Launch:  # the common case, inlined

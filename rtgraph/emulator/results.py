@@ -60,7 +60,8 @@ class TaskRecord:
 class HostActivity:
     """A slice of a host lane.
 
-    ``lane`` is "host" or "callback"; ``kind`` is "submit", "blocked" or "callback".
+    ``lane`` is "host" or "callback"; ``kind`` is "submit", "blocked", "callback", or (run-time
+    allocation) "alloc" / "free".
     """
 
     lane: str

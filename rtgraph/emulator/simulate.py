@@ -262,7 +262,7 @@ def _collect(
                 idle_us=max(0.0, makespan - busy - waiting - in_cb),
             )
         )
-    host_busy = sum(a.end - a.start for a in activities if a.kind == "submit")
+    host_busy = sum(a.end - a.start for a in activities if a.kind in ("submit", "alloc", "free"))
     host_blocked = sum(a.end - a.start for a in activities if a.kind == "blocked")
     callbacks = [a for a in activities if a.lane == "callback"]
     host_stats = HostStats(

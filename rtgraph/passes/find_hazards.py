@@ -1,6 +1,7 @@
 """Hazard analysis: which tasks must finish before which, judged on bytes, not names.
 
-Walks the tasks in program order through an :class:`~rtgraph.hazards.AccessTracker` over the
+Walks the tasks in program order (in submission order once there is one: run-time
+allocation decides addresses in that order) through an :class:`~rtgraph.hazards.AccessTracker` over the
 planned regions, so the false dependencies created by memory reuse (a new tensor written where
 a dead one was still being read) are found exactly like true data dependencies. ``after=``
 edges of the program are kept as ``ORDER`` hazards: pure precedence with no bytes.
@@ -27,7 +28,8 @@ def find_hazards(graph: TaskGraph) -> TaskGraph:
     """``graph`` with ``hazards`` set and hazard edges added to its DAG."""
     tracker = AccessTracker()
     hazards: list[Hazard] = []
-    for item in graph.script:
+    walk = graph.order if graph.order is not None else graph.script
+    for item in walk:
         if not isinstance(item, int):
             continue
         task = graph.tasks[item]

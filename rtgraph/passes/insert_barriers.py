@@ -160,11 +160,16 @@ def insert_barriers(graph: TaskGraph) -> StreamProgram:
             for q2 in range(clocks.streams):
                 clocks.merge(q2, done)
 
+    alloc_ops = graph.alloc_ops or {}
+    allocs_before = alloc_ops.get("before", {})
+    frees_after = alloc_ops.get("after", {})
+    host.extend(("cmd", a) for a in alloc_ops.get("start", ()))
     for step in attached.get(None, []):
         host_step(step)
     for t in graph.order:
         q = stream_of[t]
         task = graph.tasks[t]
+        host.extend(("cmd", a) for a in allocs_before.get(t, ()))
         needed: dict[int, int] = {}
         for h in preds.get(t, ()):
             stats["hazards"] += 1
@@ -206,6 +211,7 @@ def insert_barriers(graph: TaskGraph) -> StreamProgram:
         seq[t] = clocks.launch(q)
         task_clock[t] = clocks.snapshot(q)
         host.append(("launch", t))
+        host.extend(("cmd", f) for f in frees_after.get(t, ()))
         for step in attached.get(t, []):
             host_step(step)
 
