@@ -79,6 +79,13 @@ def _add_compile_args(p: argparse.ArgumentParser) -> None:
         choices=("none", "greedy"),
         help="memory plan: none (a region per tensor) or greedy (reuse by liveness)",
     )
+    p.add_argument(
+        "--alloc",
+        default="static",
+        choices=("static", "direct", "pool", "pytorch", "buddy", "mixed"),
+        help="static: the memory plan; otherwise allocate at run time from this allocator "
+        "(mixed: params direct, activations pooled)",
+    )
 
 
 def _load(args: argparse.Namespace):
@@ -99,41 +106,60 @@ def _compile(args: argparse.Namespace, program=None):
 # --- commands -------------------------------------------------------------------------------
 
 
+def _read_stream_program(path: str):
+    from .stream_program import StreamProgram
+
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise RtgError(f"cannot read {path}: {e}") from None
+    return StreamProgram.from_json(text)
+
+
 def cmd_check(args: argparse.Namespace) -> int:
+    from . import api
+
+    if args.file.endswith(".json"):
+        compiled = _read_stream_program(args.file)
+        return _report_races(args, compiled, api.device(args.device or compiled.device))
     program = _load(args)
     if args.races or program.streams:
-        from . import api
-        from .races import check_races, describe_race, fix_hint
-
         spec = api.device(args.device or program.device)
         # No memory reuse here: reuse adds compiler-ordered false dependencies that would
         # mask a missing record/wait in the program's own synchronisation.
         compiled = api.compile(program, device=spec, streams="auto", memory="none")
-        report = check_races(
-            compiled,
-            reorder=spec.scheduler.reorder_window > 0,
-            event_mode=spec.scheduler.event_mode,
-        )
-        errors = [
-            RtgError(
-                describe_race(compiled, r),
-                compiled.tasks[r.second].span,
-                hint=fix_hint(compiled, r),
-            )
-            for r in report.races
-        ]
-        errors += [
-            RtgError(f"wait on event {w.event}, which is never recorded", w.span)
-            for w in report.bad_waits
-        ]
-        if errors:
-            for e in errors:
-                print(e.render(), file=sys.stderr)
-            print(f"{args.file}: {len(errors)} race(s)", file=sys.stderr)
-            return 1
-        print(f"{args.file}: ok ({len(compiled.tasks)} tasks, no races)")
-        return 0
+        return _report_races(args, compiled, spec)
     print(f"{args.file}: ok")
+    return 0
+
+
+def _report_races(args: argparse.Namespace, compiled, spec) -> int:
+    """Print every race of a stream program (exit 1), or that there are none (exit 0)."""
+    from .races import check_races, describe_race, fix_hint
+
+    report = check_races(
+        compiled,
+        reorder=spec.scheduler.reorder_window > 0,
+        event_mode=spec.scheduler.event_mode,
+    )
+    errors = [
+        RtgError(
+            describe_race(compiled, r),
+            compiled.tasks[r.second].span,
+            hint=fix_hint(compiled, r),
+        )
+        for r in report.races
+    ]
+    errors += [
+        RtgError(f"wait on event {w.event}, which is never recorded", w.span)
+        for w in report.bad_waits
+    ]
+    if errors:
+        for e in errors:
+            print(e.render(), file=sys.stderr)
+        print(f"{args.file}: {len(errors)} race(s)", file=sys.stderr)
+        return 1
+    print(f"{args.file}: ok ({len(compiled.tasks)} tasks, no races)")
     return 0
 
 

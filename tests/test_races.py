@@ -98,3 +98,23 @@ def test_in_order_device_needs_no_barriers():
     program = _same_stream_chain()
     sp = compile_program(program, load_device("toy"), streams="single")
     assert not [c for c in sp.commands if isinstance(c, Barrier | Wait)]
+
+
+def test_check_races_reads_stream_program_json(tmp_path, capsys):
+    """A stream program from anywhere (here: compiled, then a wait deleted by hand) is checked."""
+    import json
+
+    program = rtgraph.load(MODELS / "mlp.rtg", device="toy")
+    sp = rtgraph.compile(program, device="toy", streams="by-unit")
+    good = tmp_path / "good.json"
+    good.write_text(sp.to_json())
+    assert main(["check", str(good)]) == 0
+    data = json.loads(sp.to_json())
+    data["commands"] = [c for c in data["commands"] if c["cmd"] != "wait"]
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(data))
+    capsys.readouterr()
+    assert main(["check", str(bad)]) == 1
+    assert "race on bytes" in capsys.readouterr().err
+    (tmp_path / "junk.json").write_text("{not json")
+    assert main(["check", str(tmp_path / "junk.json")]) == 1

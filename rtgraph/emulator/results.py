@@ -138,6 +138,20 @@ class RunResult:
     profile: str | None = None
     numerics: bool = True
     reference: dict[str, Any] | None = None
+    stream_program: Any = field(default=None, repr=False, compare=False)
+    device_spec: Any = field(default=None, repr=False, compare=False)
+
+    def plot_timeline(self, *, window: tuple[float, float] | None = None, **options: Any):
+        """This run's timeline as a matplotlib Figure (see :mod:`rtgraph.reports.timeline`).
+
+        A convenience for notebooks and tests: the drawing lives in the reports stage, which
+        is imported only when asked for.
+        """
+        from ..reports.timeline import plot_timeline
+
+        return plot_timeline(
+            self, self.stream_program, window=window, device=self.device_spec, **options
+        )
 
     def task(self, name: str) -> TaskRecord:
         """The record of the task called ``name`` (first match)."""

@@ -305,4 +305,6 @@ def _collect(
         faults=list(hw.failed),
         profile=profile,
         numerics=nums is not None,
+        stream_program=program,
+        device_spec=device,
     )
