@@ -27,8 +27,10 @@ class Source:
     text: str
 
     def line(self, lineno: int) -> str:
-        lines = self.text.splitlines()
-        return lines[lineno - 1] if 1 <= lineno <= len(lines) else ""
+        # Only "\n" ends a line (as for the lexer): str.splitlines() would also split on
+        # form feeds and Unicode separators inside comments and show the wrong line.
+        lines = self.text.split("\n")
+        return lines[lineno - 1].rstrip("\r") if 1 <= lineno <= len(lines) else ""
 
 
 @dataclass(frozen=True)
@@ -68,13 +70,15 @@ class Span:
 
 def highlight(span: Span) -> str:
     """The source line of ``span`` with a caret (or an underline for a wider span) under it."""
-    text = span.text_line().expandtabs(4)
-    if not text and span.source is None:
+    raw = span.text_line()
+    if not raw and span.source is None:
         return ""
-    width = span.end_col - span.col if span.end_line == span.line else len(text) - span.col + 1
-    width = max(1, width)
-    marker = "^" * width if width > 1 else "^"
-    return f"    {text}\n    {' ' * (span.col - 1)}{marker}"
+    text = raw.expandtabs(4)
+    # Columns count characters of the raw line; tabs widen both the line and the caret indent.
+    start = len(raw[: span.col - 1].expandtabs(4))
+    end = len(raw[: span.end_col - 1].expandtabs(4)) if span.end_line == span.line else len(text)
+    marker = "^" * max(1, end - start)
+    return f"    {text}\n    {' ' * start}{marker}"
 
 
 class RtgError(Exception):

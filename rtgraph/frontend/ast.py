@@ -1,0 +1,291 @@
+"""The syntax tree of a .rtg file: what was written, where, before any meaning is given to it.
+
+Nodes are frozen dataclasses carrying the :class:`~rtgraph.errors.Span` they were written at,
+so every later diagnostic can point at the exact token. Pipes are already desugared
+(``x |> f(a)`` is the :class:`Call` ``f(x, a)``); everything else mirrors the source.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import Source, Span
+
+
+@dataclass(frozen=True, slots=True)
+class Ident:
+    """A name as written, with its own span (declarations point here)."""
+
+    name: str
+    span: Span
+
+
+# --- expressions ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Name:
+    id: str
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class Number:
+    """An int (decimal or hex) or float literal, already converted."""
+
+    value: int | float
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class String:
+    value: str
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class ListExpr:
+    items: tuple[Expr, ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class BinOp:
+    """``left op right`` for op in ``+ - * / % @``; ``op_span`` is the operator token."""
+
+    op: str
+    left: Expr
+    right: Expr
+    span: Span
+    op_span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class Neg:
+    operand: Expr
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class Keyword:
+    """``name = value`` inside a call's argument list."""
+
+    name: Ident
+    value: Expr
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class Call:
+    """``func(args..., kw = v...)``; ``piped`` when written ``args[0] |> func(...)``."""
+
+    func: Ident
+    args: tuple[Expr, ...]
+    kwargs: tuple[Keyword, ...]
+    span: Span
+    piped: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Index:
+    """``name[i, ...]`` — an element of a param array."""
+
+    target: Ident
+    indices: tuple[Expr, ...]
+    span: Span
+
+
+Expr = Name | Number | String | ListExpr | BinOp | Neg | Call | Index
+
+
+# --- statements ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TypeExpr:
+    """``dtype[dim, ...]``; ``dims`` is None for a bare dtype (a scalar)."""
+
+    dtype: Ident
+    dims: tuple[Expr, ...] | None
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class InputDecl:
+    name: Ident
+    type: TypeExpr
+    hint: Ident | None
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class ParamDecl:
+    name: Ident
+    count: Expr | None
+    type: TypeExpr
+    hint: Ident | None
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class ConstDecl:
+    name: Ident
+    value: Expr
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class BufferDecl:
+    name: Ident
+    type: TypeExpr
+    address: Expr | None
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class Binding:
+    name: Ident
+    value: Expr
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class Output:
+    name: Ident
+    value: Expr | None
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class StreamItem:
+    name: Ident
+    options: tuple[Keyword, ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class StreamDecl:
+    streams: tuple[StreamItem, ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class EventDecl:
+    events: tuple[Ident, ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class OnBlock:
+    stream: Ident
+    body: tuple[Stmt, ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    event: Ident
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    event: Ident
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class Barrier:
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class Sync:
+    target: Ident | None
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class Callback:
+    name: str
+    after: Ident
+    blocking: bool
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class ForLoop:
+    var: Ident
+    start: Expr
+    stop: Expr
+    body: tuple[Stmt, ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class Return:
+    value: Expr
+    span: Span
+
+
+Stmt = (
+    InputDecl
+    | ParamDecl
+    | ConstDecl
+    | BufferDecl
+    | Binding
+    | Output
+    | StreamDecl
+    | EventDecl
+    | OnBlock
+    | Record
+    | Wait
+    | Barrier
+    | Sync
+    | Callback
+    | ForLoop
+    | Return
+)
+
+
+# --- items ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceDirective:
+    name: str
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramParam:
+    name: Ident
+    default: Expr | None
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class FnDef:
+    name: Ident
+    params: tuple[Ident, ...]
+    body: tuple[Stmt, ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class ProgramDef:
+    name: Ident
+    params: tuple[ProgramParam, ...]
+    body: tuple[Stmt, ...]
+    span: Span
+
+
+Item = DeviceDirective | FnDef | ProgramDef
+
+
+@dataclass(frozen=True, slots=True)
+class Module:
+    """A whole .rtg file."""
+
+    items: tuple[Item, ...]
+    source: Source

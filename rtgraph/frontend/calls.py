@@ -1,0 +1,403 @@
+"""Op calls: arguments, attributes, and the op's own rule from the registry.
+
+A call ``op(t1, t2, a1, k = v, block_dim = n, after = [t])`` is checked in order: the number
+and kind of tensor arguments (a number where a tensor is expected becomes a scalar ``const``
+of the other operands' dtype), then positional attributes (``OpDef.positional_attrs``), keyword
+attributes against their :class:`~rtgraph.ops.AttrSpec` kinds (unknown ones with a
+did-you-mean), ``block_dim`` and ``after`` (accepted by every op), and finally the op's
+``infer`` rule, whose :class:`~rtgraph.ops.OpError` becomes a located
+:class:`~rtgraph.errors.ShapeError`, :class:`~rtgraph.errors.DTypeError` or
+:class:`~rtgraph.errors.CheckError` at the argument or attribute it names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ..dtypes import DTYPES
+from ..errors import CheckError, DTypeError, RtgError, ShapeError, Span, did_you_mean
+from ..ir import OpNode, Tensor, TensorType
+from ..ops import OpDef, OpError
+from . import ast, consteval
+from .attrs import SYMBOLIC_KINDS, AttrError, Symbol, convert
+from .emit import Diagnostics, IRBuilder
+from .values import POISON, Scope, Value, describe, format_number, is_number
+
+#: The IR name and user's name for the tensor an expression makes when it is bound.
+Bind = tuple[str, str]
+
+_ERROR_KIND = {"shape": ShapeError, "dtype": DTypeError, "attr": CheckError}
+#: Attributes every op accepts besides its own.
+COMMON_ATTRS = ("block_dim", "after")
+#: Tensor kinds that some task produces (so they can be waited for with after=/callback).
+PRODUCED_KINDS = ("value", "token", "input")
+
+
+def _has_poison(value: Value) -> bool:
+    if value is POISON:
+        return True
+    return isinstance(value, tuple) and any(_has_poison(v) for v in value)
+
+
+def _arity(op: OpDef) -> str:
+    lo, hi = op.min_args, op.max_args
+    noun = "tensor argument" if (hi if hi is not None else 2) == 1 else "tensor arguments"
+    if hi is None:
+        return f"at least {lo} {noun}"
+    if lo == hi:
+        return f"{lo} {noun}" if lo else "no tensor arguments"
+    return f"{lo} to {hi} {noun}"
+
+
+class CallChecker:
+    """Op calls and the reporting helpers every part of the checker uses."""
+
+    scope: Scope
+    stream: str | None
+
+    def __init__(self, lines: list[str], diagnostics: Diagnostics, ir: IRBuilder) -> None:
+        self.lines = lines
+        self.diagnostics = diagnostics
+        self.ir = ir
+        self.depth = 0
+
+    # --- reporting -------------------------------------------------------------------------
+    def error(
+        self, message: str, span: Span | None, hint: str | None = None, cls=CheckError
+    ) -> Any:
+        self.diagnostics.add(cls(message, span, hint))
+        return POISON
+
+    def report(self, error: RtgError) -> Any:
+        self.diagnostics.add(error)
+        return POISON
+
+    def text(self, span: Span) -> str:
+        """The source text of a one-line span ('' for a longer one)."""
+        if span.line != span.end_line or not 1 <= span.line <= len(self.lines):
+            return ""
+        return self.lines[span.line - 1][span.col - 1 : span.end_col - 1]
+
+    def display(self, span: Span, fallback: str) -> str:
+        text = self.text(span)
+        return text if text and len(text) <= 48 else fallback
+
+    def eval(self, expr: ast.Expr, bind: Bind | None = None) -> Value:
+        raise NotImplementedError  # expressions are the ExpressionChecker's
+
+    # --- op calls --------------------------------------------------------------------------
+    def call_op(
+        self,
+        op: OpDef,
+        call: ast.Call,
+        bind: Bind | None,
+        evaluated: Sequence[Value] | None = None,
+    ) -> Value:
+        """Check one op call: argument count and kinds, attributes, then the op's rule."""
+        args = call.args
+        n_tensors = len(args)
+        if op.positional_attrs and op.max_args is not None:
+            n_tensors = min(n_tensors, op.max_args)
+        values = (
+            list(evaluated[:n_tensors]) if evaluated else [self.eval(a) for a in args[:n_tensors]]
+        )
+        spans = [a.span for a in args[:n_tensors]]
+        ok = True
+        too_many = op.max_args is not None and n_tensors > op.max_args
+        if n_tensors < op.min_args or too_many:
+            where = args[op.max_args].span if too_many else call.span
+            self.error(f"{op.name} takes {_arity(op)}, got {n_tensors}", where)
+            ok = False
+
+        # Attributes: positional ones first, then keywords.
+        given: dict[str, tuple[ast.Expr, Span]] = {}
+        extra = args[n_tensors:]
+        if len(extra) > len(op.positional_attrs):
+            first = extra[len(op.positional_attrs)]
+            named = ", ".join(op.positional_attrs)
+            self.error(
+                f"{op.name} takes {_arity(op)} and {len(op.positional_attrs)} positional "
+                f"attribute{'s' if len(op.positional_attrs) != 1 else ''} ({named}), "
+                f"got {len(args)} arguments",
+                first.span,
+            )
+            ok = False
+        for attr_name, expr in zip(op.positional_attrs, extra, strict=False):
+            given[attr_name] = (expr, expr.span)
+        after_expr: ast.Keyword | None = None
+        for kw in call.kwargs:
+            k = kw.name.name
+            if k in given or (k == "after" and after_expr is not None):
+                self.error(f"{op.name}: attribute '{k}' given twice", kw.name.span)
+                ok = False
+            elif k == "after":
+                after_expr = kw
+            elif k in op.attrs or k == "block_dim":
+                given[k] = (kw.value, kw.span)
+            else:
+                known = [*op.attrs, *COMMON_ATTRS]
+                hint = did_you_mean(k, known) or (
+                    f"{op.name} takes the attributes {', '.join(known)}"
+                )
+                self.error(f"unknown attribute '{k}' for {op.name}", kw.name.span, hint)
+                ok = False
+
+        attrs: dict[str, Any] = {}
+        attr_spans: dict[str, Span] = {}
+        for k, spec in op.attrs.items():
+            if k in given:
+                expr, span = given[k]
+                attr_spans[k] = span
+                value = self.attr_value(op, k, spec.kind, spec.choices, expr, span)
+                if value is POISON:
+                    ok = False
+                attrs[k] = value
+            elif spec.required:
+                self.error(
+                    f"{op.name} needs the attribute '{k}'",
+                    call.func.span,
+                    hint=f"write {op.name}(..., {k} = ...)",
+                )
+                ok = False
+            else:
+                attrs[k] = spec.default
+        if "block_dim" in given and "block_dim" not in op.attrs:
+            expr, span = given["block_dim"]
+            attr_spans["block_dim"] = span
+            value = self.attr_value(op, "block_dim", "int", (), expr, span)
+            if value is not POISON and value < 1:
+                value = self.error(
+                    f"{op.name}: block_dim must be at least 1, got {value}",
+                    span,
+                    hint="block_dim is the number of cores of its unit the task occupies",
+                )
+            if value is POISON:
+                ok = False
+            attrs["block_dim"] = value
+        after: tuple[str, ...] = ()
+        if after_expr is not None:
+            resolved = self.after_names(after_expr.value)
+            if resolved is None:
+                ok = False
+            else:
+                after = resolved
+        if op.name == "kernel" and ok and not self.kernel_footprint(attrs, given):
+            ok = False
+        for k, spec in op.attrs.items():
+            if spec.kind == "names" and isinstance(attrs[k], tuple):
+                attrs[k] = tuple(
+                    dict.fromkeys(r.name if isinstance(r, Tensor) else r for r in attrs[k])
+                )
+        if not ok or any(v is POISON for v in values):
+            return POISON
+        return self.apply(
+            op, values, spans, attrs, attr_spans, after, call.span, call.func.span, bind
+        )
+
+    # --- attributes ------------------------------------------------------------------------
+    def attr_value(
+        self, op: OpDef, name: str, kind: str, choices: tuple[str, ...], expr: ast.Expr, span: Span
+    ) -> Any:
+        if kind == "names":
+            refs = self.name_list(expr, f"{op.name}: {name}=")
+            return POISON if refs is None else tuple(refs)
+        if kind in SYMBOLIC_KINDS and isinstance(expr, ast.Name):
+            value: Any = Symbol(expr.id)
+        elif kind in ("ints", "axes") and isinstance(expr, ast.ListExpr):
+            return self.int_list(op, name, expr)
+        else:
+            value = self.eval(expr)
+        if _has_poison(value):
+            return POISON
+        try:
+            return convert(kind, value, choices)
+        except AttrError as e:
+            return self.error(f"{op.name}: attribute '{name}' {e.message}", span, e.hint)
+
+    def int_list(self, op: OpDef, name: str, expr: ast.ListExpr) -> Any:
+        """A list attribute, each element checked where it was written."""
+        values: list[int] = []
+        ok = True
+        for item in expr.items:
+            value = self.eval(item)
+            n = consteval.as_int(value)
+            if n is not None:
+                values.append(n)
+                continue
+            ok = False
+            if value is not POISON:
+                text = self.text(item.span)
+                said = describe(value)
+                if text and is_number(value) and text != format_number(value):
+                    said = f"{text} = {format_number(value)}"
+                self.error(
+                    f"{op.name}: attribute '{name}' needs integers; {said} is not one",
+                    item.span,
+                )
+        return tuple(values) if ok else POISON
+
+    def name_list(self, expr: ast.Expr, what: str) -> list[Tensor] | None:
+        """The tensors named by a ``[a, b]`` list (or a single name), or None after an error."""
+        items = expr.items if isinstance(expr, ast.ListExpr) else (expr,)
+        refs: list[Tensor] = []
+        ok = True
+        for item in items:
+            if not isinstance(item, ast.Name):
+                self.error(f"{what} takes a list of names", item.span)
+                ok = False
+                continue
+            bound = self.scope.lookup(item.id)
+            if bound is None:
+                self.undefined(item.id, item.span)
+                ok = False
+            elif bound.value is POISON:
+                ok = False
+            elif not isinstance(bound.value, Tensor):
+                self.error(
+                    f"{what} needs tensors or buffers, not {describe(bound.value)}",
+                    item.span,
+                )
+                ok = False
+            else:
+                refs.append(bound.value)
+        return refs if ok else None
+
+    def after_names(self, expr: ast.Expr) -> tuple[str, ...] | None:
+        refs = self.name_list(expr, "after=")
+        if refs is None:
+            return None
+        items = expr.items if isinstance(expr, ast.ListExpr) else (expr,)
+        for ref, item in zip(refs, items, strict=True):
+            if ref.kind not in PRODUCED_KINDS:
+                self.error(
+                    "after= needs a kernel token or a computed tensor; no task computes "
+                    f"{describe(ref)}",
+                    item.span,
+                )
+                return None
+        return tuple(dict.fromkeys(r.name for r in refs))
+
+    def kernel_footprint(self, attrs: dict[str, Any], given: dict) -> bool:
+        """A synthetic kernel writes only raw buffers and reads no tokens."""
+        ok = True
+        for key in ("reads", "writes"):
+            if key not in given:
+                continue
+            expr = given[key][0]
+            items = expr.items if isinstance(expr, ast.ListExpr) else (expr,)
+            for ref, item in zip(attrs[key], items, strict=True):
+                if ref.kind == "token":
+                    self.error(
+                        f"kernel {key} a kernel token ('{ref.label}')",
+                        item.span,
+                        hint="tokens order tasks; use after= for that",
+                    )
+                    ok = False
+                elif key == "writes" and ref.kind != "buffer":
+                    self.error(
+                        f"kernel writes '{ref.label}', which is not a buffer",
+                        item.span,
+                        hint="synthetic kernels write only raw buffers (buffer B : bytes[N]); "
+                        "tensors are bound once",
+                    )
+                    ok = False
+        return ok
+
+    # --- applying an op --------------------------------------------------------------------
+    def apply(
+        self,
+        op: OpDef,
+        values: list[Value],
+        spans: list[Span],
+        attrs: dict[str, Any],
+        attr_spans: dict[str, Span],
+        after: tuple[str, ...],
+        span: Span,
+        op_span: Span,
+        bind: Bind | None,
+    ) -> Value:
+        """Type ``op`` applied to ``values`` with its rule and emit the node."""
+        tensor_at = [i for i, v in enumerate(values) if isinstance(v, Tensor)]
+        for i, v in enumerate(values):
+            if isinstance(v, Tensor):
+                if v.kind == "token":
+                    return self.error(
+                        f"'{v.label}' is the token of a synthetic kernel; it carries no data",
+                        spans[i],
+                        hint="tokens can only be used in after=[...]",
+                    )
+                if v.kind == "buffer":
+                    return self.error(
+                        f"'{v.label}' is a raw buffer, not a tensor",
+                        spans[i],
+                        hint="buffers can only be named in a kernel's reads=/writes=",
+                    )
+            elif not is_number(v):
+                return self.error(
+                    f"argument {i + 1} of {op.name} must be a tensor, got {describe(v)}", spans[i]
+                )
+        if not tensor_at and values:
+            return self.error(
+                f"{op.name} needs at least one tensor argument; all are compile-time numbers",
+                op_span,
+                hint="compile-time arithmetic is written with + - * / % and min, max, sqrt, "
+                "exp, log, rsqrt",
+            )
+        inputs: list[Tensor] = []
+        for i, v in enumerate(values):
+            if isinstance(v, Tensor):
+                inputs.append(v)
+                continue
+            # Weak typing: a number takes the dtype of the nearest tensor operand (a tie goes
+            # to the later one: where(c, 0.0, x) takes x's dtype, not the condition's).
+            nearest = min(tensor_at, key=lambda j, i=i: (abs(j - i), -j))
+            dtype = values[nearest].type.dtype
+            if not DTYPES[dtype].is_float and consteval.as_int(v) is None:
+                return self.error(
+                    f"{op.name}: the number {format_number(v)} is not an integer, but the "
+                    f"tensor operand is {dtype}",
+                    spans[i],
+                    hint="cast the tensor first: cast(x, dtype = f32)",
+                    cls=DTypeError,
+                )
+            inputs.append(self.ir.const(v, dtype, spans[i]))
+        try:
+            out_type = op.infer([t.type for t in inputs], attrs)
+        except OpError as e:
+            if e.arg is not None and 0 <= e.arg < len(spans):
+                where = spans[e.arg]
+            else:
+                where = attr_spans.get(e.attr or "", op_span)
+            return self.error(e.message, where, e.hint, _ERROR_KIND.get(e.kind, CheckError))
+        except Exception as e:  # a bug in an op's rule must still not reach the user raw
+            return self.error(
+                f"internal error in the rule of op '{op.name}': {type(e).__name__}: {e}",
+                op_span,
+                hint="this is a bug in rtgraph, not in the program; please report it",
+            )
+        if not isinstance(out_type, TensorType):
+            return self.error(f"internal error: op '{op.name}' inferred no type", op_span)
+        if bind is not None:
+            name, label = bind
+        else:
+            name, label = self.ir.temp_name(), self.display(span, op.name)
+        kind = "token" if op.unit == "synthetic" else "value"
+        if kind != "token" and not self.ir.fits(label, out_type, span):
+            return POISON
+        out = self.ir.tensor(name, out_type, kind, span, label)
+        self.ir.emit(
+            OpNode(
+                op.name,
+                tuple(t.name for t in inputs),
+                out.name,
+                attrs,
+                span=span,
+                stream=self.stream,
+                after=after,
+            )
+        )
+        return out
+
+
+# Dispatch on the node type (unbound functions: a table of bound methods would make a cycle).

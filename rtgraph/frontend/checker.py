@@ -1,0 +1,383 @@
+"""AST → :class:`~rtgraph.ir.Program`: names, declarations, streams and events, fns, loops.
+
+The checker runs the program's statements once, in order, as a compile-time interpreter:
+``for`` bodies are unrolled, ``fn`` calls inlined (with qualified IR names such as
+``ffn.1/h`` and ``l=2/h``), and every op typed by its registry rule. Each mistake is
+reported where it was written and the checker carries on with a poisoned value, so one run
+lists every independent error, in source order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..errors import CheckError, RtgError, Span, did_you_mean
+from ..ir import Program, Tensor
+from ..ops import lookup
+from . import ast, consteval
+from .buffers import PlacedBuffer, check_placement
+from .calls import Bind
+from .emit import Diagnostics, IRBuilder, ProgramTooLarge
+from .functions import check_body, find_recursion
+from .parser import INT_LIMIT
+from .streams import StreamChecker
+from .values import POISON, Bound, FnRef, Scope, Value, describe
+
+#: Statements run (loop iterations included) before checking gives up on a program.
+MAX_STEPS = 2_000_000
+#: Deepest chain of nested function calls.
+MAX_CALL_DEPTH = 64
+
+
+class Checker(StreamChecker):
+    """Checks one module and builds its program."""
+
+    def __init__(self, module: ast.Module, device_capacity: int | None = None) -> None:
+        diagnostics = Diagnostics()
+        super().__init__(
+            module.source.text.split("\n"), diagnostics, IRBuilder(diagnostics, device_capacity)
+        )
+        self.module = module
+        self.globals = Scope(None)
+        self.program_scope = Scope(self.globals)
+        self.scope = self.program_scope
+        self.stream: str | None = None
+        self.active_fns: list[str] = []
+        self.recursive: set[str] = set()
+        self.fn_calls: dict[str, int] = {}
+        self.streams: list[str] = []
+        self.events: list[str] = []
+        self.priorities: dict[str, int] = {}
+        self.outputs: list[str] = []
+        self.recorded: set[str] = set()
+        self.buffers: list[PlacedBuffer] = []
+        self.steps = 0
+        self.functions: dict[str, ast.FnDef] = {}
+        self.abstract = False  # checking a function body without arguments
+
+    # --- the whole file --------------------------------------------------------------------
+    def check(self, params: Mapping[str, int] | None) -> Program:
+        device, program = self.items()
+        if program is None:
+            span = Span(self.module.source, 1, 1, 1, 2)
+            self.error("no program in this file", span, hint="add `program name() { ... }`")
+            self.diagnostics.raise_if_any()
+        assert program is not None
+        values: dict[str, int] = {}
+        try:
+            values = self.bind_params(program, params or {})
+            self.run_block(program.body)
+            self.check_uncalled_functions()
+        except ProgramTooLarge as e:
+            self.report(e.error)
+        for error in check_placement(self.buffers, self.ir.device_capacity):
+            self.report(error)
+        self.diagnostics.raise_if_any()
+        return Program(
+            name=program.name.name,
+            params=values,
+            device=device.name if device is not None else None,
+            tensors=self.ir.tensors,
+            nodes=self.ir.nodes,
+            outputs=self.outputs,
+            streams=self.streams,
+            events=self.events,
+            stream_priorities=self.priorities,
+            source=self.module.source,
+        )
+
+    def items(self) -> tuple[ast.DeviceDirective | None, ast.ProgramDef | None]:
+        """The device directive and the program; functions go into the global scope."""
+        device: ast.DeviceDirective | None = None
+        program: ast.ProgramDef | None = None
+        defined: dict[str, ast.Ident] = {}
+        fns = self.functions
+        for item in self.module.items:
+            if isinstance(item, ast.DeviceDirective):
+                if device is None:
+                    device = item
+                else:
+                    self.error(
+                        "a file may name its device once",
+                        item.span,
+                        hint=f"the first device directive is at line {device.span.line}",
+                    )
+                continue
+            ident = item.name
+            first = defined.get(ident.name)
+            if first is not None:
+                self.error(
+                    f"'{ident.name}' is defined twice",
+                    ident.span,
+                    hint=f"the first definition is at line {first.span.line}",
+                )
+                if not isinstance(item, ast.ProgramDef) or program is not None:
+                    continue
+            defined.setdefault(ident.name, ident)
+            if isinstance(item, ast.ProgramDef):
+                if program is not None:
+                    self.error(
+                        f"a file holds one program; '{ident.name}' is a second one",
+                        ident.span,
+                        hint=f"program '{program.name.name}' is at line {program.span.line}; "
+                        "move this one to its own file",
+                    )
+                else:
+                    program = item
+            elif lookup(ident.name) is not None or ident.name in consteval.SCALAR_FUNCTIONS:
+                self.error(
+                    f"function '{ident.name}' has the name of a built-in op",
+                    ident.span,
+                    hint="choose another name",
+                )
+            else:
+                fns[ident.name] = item
+                self.globals.names[ident.name] = Bound(FnRef(item), "fn", ident.span)
+        for fn in fns.values():
+            check_body(fn, self.diagnostics)
+        self.recursive = find_recursion(fns, self.diagnostics)
+        return device, program
+
+    def bind_params(self, program: ast.ProgramDef, given: Mapping[str, int]) -> dict[str, int]:
+        """Compile-time parameters: the given values, else the defaults (in order)."""
+        declared = [p.name.name for p in program.params]
+        for name in given:
+            if name not in declared:
+                hint = did_you_mean(name, declared) or (
+                    f"its parameters are: {', '.join(declared)}" if declared else "it has none"
+                )
+                self.error(
+                    f"parameter '{name}' is not declared by program '{program.name.name}'",
+                    program.name.span,
+                    hint=hint,
+                )
+        values: dict[str, int] = {}
+        for p in program.params:
+            name = p.name.name
+            if self.program_scope.lookup(name) is not None:
+                self.rebound(p.name)
+                continue
+            value: int | None = None
+            if name in given:
+                value = consteval.as_int(given[name])
+                if value is None or abs(value) > INT_LIMIT:
+                    self.error(
+                        f"parameter '{name}' must be an integer, got {given[name]!r}",
+                        p.name.span,
+                    )
+                    value = None
+            elif p.default is not None:
+                value = self.compile_time_int(p.default, f"the default of parameter '{name}'")
+            else:
+                self.error(
+                    f"parameter '{name}' has no default and no value was given",
+                    p.name.span,
+                    hint=f"give it a default ({name} = ...) or a value (-D {name}=...)",
+                )
+            bound = POISON if value is None else value
+            self.program_scope.names[name] = Bound(bound, "const", p.name.span)
+            if value is not None:
+                values[name] = value
+        return values
+
+    # --- statements ------------------------------------------------------------------------
+    def run_block(self, body: tuple[ast.Stmt, ...]) -> None:
+        for stmt in body:
+            self.tick(stmt.span)
+            _STATEMENTS[type(stmt)](self, stmt)
+
+    def tick(self, span: Span, steps: int = 1) -> None:
+        """Count statements and loop iterations run; stop a program that runs away."""
+        self.steps += steps
+        if self.steps > MAX_STEPS:
+            raise ProgramTooLarge(
+                CheckError(
+                    f"the program runs more than {MAX_STEPS:,} statements when unrolled",
+                    span,
+                    hint="loops are unrolled at compile time; lower the loop bounds or parameters",
+                )
+            )
+
+    def binding_scope(self, ident: ast.Ident) -> Scope | None:
+        """Where ``ident = ...`` binds: here, or the enclosing scope of a loop-carried name."""
+        owner, crossed_loop = self.scope.owner(ident.name)
+        if owner is None:
+            return self.scope
+        bound = owner.names[ident.name]
+        if owner is self.scope or not crossed_loop or bound.kind != "binding":
+            self.rebound(ident, bound)
+            return None
+        if ident.name in self.scope.carried:
+            self.error(
+                f"'{ident.name}' is already rebound in this loop iteration",
+                ident.span,
+                hint="a for body rebinds a loop-carried name once per iteration",
+            )
+            return None
+        return owner
+
+    def s_binding(self, st: ast.Binding) -> None:
+        target = self.binding_scope(st.name)
+        name = st.name.name
+        bind = (self.scope.prefix + name, name) if target is not None else None
+        value = self.eval(st.value, bind)
+        if target is not None:
+            target.names[name] = Bound(value, "binding", st.name.span)
+            if target is not self.scope:
+                self.scope.carried.add(name)
+
+    def s_output(self, st: ast.Output) -> None:
+        if self.active_fns:
+            return  # reported once, on the function's definition
+        if self.scope is not self.program_scope:
+            self.error(
+                "output belongs at the top level of the program (or directly in an on block)",
+                st.span,
+            )
+            return
+        name = st.name.name
+        if st.value is not None:
+            self.s_binding(ast.Binding(st.name, st.value, st.span))
+        bound = self.scope.lookup(name)
+        if bound is None:
+            self.undefined(name, st.name.span)
+            return
+        value = bound.value
+        if value is POISON:
+            return
+        if not isinstance(value, Tensor) or value.kind in ("token", "buffer"):
+            self.error(f"output needs a tensor, not {describe(value)}", st.name.span)
+        elif value.name in self.outputs:
+            self.error(f"'{name}' is already an output", st.name.span)
+        else:
+            self.outputs.append(value.name)
+
+    def s_for(self, st: ast.ForLoop) -> None:
+        start = self.compile_time_int(st.start, "a loop bound")
+        stop = self.compile_time_int(st.stop, "a loop bound")
+        var = st.var.name
+        if self.scope.lookup(var) is not None:
+            self.rebound(st.var)
+            return
+        if start is None or stop is None:
+            return
+        header = st.span.to(st.stop.span)
+        # Fail before unrolling a loop that could not finish (each iteration is a step).
+        if self.steps + max(0, stop - start) * max(1, len(st.body)) > MAX_STEPS:
+            self.tick(header, MAX_STEPS)
+        outer = self.scope
+        try:
+            for i in range(start, stop):
+                self.tick(header)
+                self.scope = Scope(outer, f"{outer.prefix}{var}={i}/", loop=True)
+                self.scope.names[var] = Bound(i, "loop", st.var.span)
+                self.run_block(st.body)
+        finally:
+            self.scope = outer
+
+    def s_return(self, st: ast.Return) -> None:
+        if not self.active_fns:
+            self.error("return outside a function", st.span)
+        # Inside a function a misplaced return was reported with its definition.
+
+    # --- functions -------------------------------------------------------------------------
+    def check_uncalled_functions(self) -> None:
+        """Run each function no call inlined once with unknown (poisoned) arguments.
+
+        Whatever does not depend on the arguments is checked as in a call (undefined names,
+        unknown ops, attributes of the wrong kind); the ops it would make are thrown away.
+        """
+        ir, self.ir = self.ir, IRBuilder(self.diagnostics, self.ir.device_capacity)
+        self.abstract = True
+        try:
+            for name, fn in self.functions.items():
+                if name in self.fn_calls or name in self.recursive:
+                    continue
+                self.scope = Scope(self.globals, f"{name}.0/")
+                for param in fn.params:
+                    self.scope.names.setdefault(param.name, Bound(POISON, "arg", param.span))
+                self.active_fns.append(name)
+                try:
+                    self.run_fn_body(fn, None)
+                finally:
+                    self.active_fns.pop()
+        finally:
+            self.ir, self.abstract, self.scope = ir, False, self.program_scope
+
+    def run_fn_body(self, fn: ast.FnDef, bind: Bind | None) -> Value:
+        body = fn.body
+        if not body or not isinstance(body[-1], ast.Return):
+            self.run_block(body)
+            return POISON
+        self.run_block(body[:-1])
+        return self.eval(body[-1].value, bind)
+
+    def call_fn(self, fn: ast.FnDef, call: ast.Call, bind: Bind | None) -> Value:
+        """Inline ``fn`` at ``call``: its body runs in a fresh scope with qualified names."""
+        name = fn.name.name
+        ok = True
+        for kw in call.kwargs:
+            self.error(f"function '{name}' takes positional arguments only", kw.span)
+            ok = False
+        args = [self.eval(a) for a in call.args]
+        if len(args) != len(fn.params):
+            self.error(
+                f"function '{name}' takes {len(fn.params)} argument"
+                f"{'s' if len(fn.params) != 1 else ''}, got {len(args)}",
+                call.span,
+                hint=f"it is defined at line {fn.span.line}: fn {name}("
+                f"{', '.join(p.name for p in fn.params)})",
+            )
+            ok = False
+        if not ok or name in self.recursive or any(a is POISON for a in args):
+            return POISON
+        if len(self.active_fns) >= MAX_CALL_DEPTH:
+            return self.error(
+                f"function calls nest more than {MAX_CALL_DEPTH} deep", call.func.span
+            )
+        self.fn_calls[name] = self.fn_calls.get(name, 0) + 1
+        scope = Scope(self.globals, f"{self.scope.prefix}{name}.{self.fn_calls[name]}/")
+        for param, value in zip(fn.params, args, strict=True):
+            scope.names.setdefault(param.name, Bound(value, "arg", param.span))
+        caller = self.scope
+        self.scope = scope
+        self.active_fns.append(name)
+        try:
+            return self.run_fn_body(fn, bind)
+        finally:
+            self.active_fns.pop()
+            self.scope = caller
+
+
+_STATEMENTS = {
+    ast.InputDecl: Checker.s_input,
+    ast.ParamDecl: Checker.s_param,
+    ast.ConstDecl: Checker.s_const,
+    ast.BufferDecl: Checker.s_buffer,
+    ast.Binding: Checker.s_binding,
+    ast.Output: Checker.s_output,
+    ast.StreamDecl: Checker.s_streams,
+    ast.EventDecl: Checker.s_events,
+    ast.OnBlock: Checker.s_on,
+    ast.Record: Checker.s_record,
+    ast.Wait: Checker.s_wait,
+    ast.Barrier: Checker.s_barrier,
+    ast.Sync: Checker.s_sync,
+    ast.Callback: Checker.s_callback,
+    ast.ForLoop: Checker.s_for,
+    ast.Return: Checker.s_return,
+}
+
+
+def check_module(
+    module: ast.Module,
+    params: Mapping[str, int] | None = None,
+    *,
+    device_capacity: int | None = None,
+    errors: list[RtgError] | None = None,
+) -> Program:
+    """The checked program of ``module``; raises every error found (with ``errors`` given)."""
+    checker = Checker(module, device_capacity)
+    for e in errors or ():
+        checker.report(e)
+    return checker.check(params)

@@ -1,0 +1,145 @@
+"""The IR under construction, and the errors found on the way.
+
+:class:`IRBuilder` owns the tensor table and node list of the :class:`~rtgraph.ir.Program`
+being built: it hands out unique IR names, refuses tensors no device could hold, and counts
+nodes so that unrolling and inlining cannot grow a program without bound.
+:class:`Diagnostics` collects every independent error once (a loop body or a function inlined
+many times reports each mistake at its source position only once).
+"""
+
+from __future__ import annotations
+
+from ..errors import CapacityError, CheckError, RtgError, Span, raise_all
+from ..ir import Node, Tensor, TensorKind, TensorType
+from .values import format_number
+
+#: Bytes no tensor or buffer may reach, device or not: 256 TiB, beyond any real part.
+ADDRESS_LIMIT = 2**48
+
+#: IR nodes one program may expand to (after inlining functions and unrolling loops): far
+#: beyond any model, and reached in seconds, so a runaway program fails fast.
+MAX_NODES = 200_000
+
+
+class ProgramTooLarge(Exception):
+    """Unrolling or inlining went past :data:`MAX_NODES`; checking stops."""
+
+    def __init__(self, error: RtgError) -> None:
+        super().__init__(error.message)
+        self.error = error
+
+
+class Diagnostics:
+    """Errors of one run, each reported once."""
+
+    def __init__(self) -> None:
+        self._errors: dict[tuple, RtgError] = {}
+
+    def add(self, error: RtgError) -> None:
+        s = error.span
+        key = (s.line, s.col, error.message) if s is not None else (0, 0, error.message)
+        self._errors.setdefault(key, error)
+
+    def __len__(self) -> int:
+        return len(self._errors)
+
+    def raise_if_any(self) -> None:
+        raise_all(list(self._errors.values()))
+
+
+def format_bytes(n: int) -> str:
+    for unit, size in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= size:
+            return f"{n:,} bytes ({n / size:.1f} {unit})"
+    return f"{n:,} bytes"
+
+
+class IRBuilder:
+    """Tensors and nodes of the program being checked."""
+
+    def __init__(self, diagnostics: Diagnostics, device_capacity: int | None = None) -> None:
+        self.tensors: dict[str, Tensor] = {}
+        self.nodes: list[Node] = []
+        self.diagnostics = diagnostics
+        self.device_capacity = device_capacity
+        self._temps = 0
+        self._consts = 0
+
+    def fresh(self, candidate: str) -> str:
+        """``candidate``, or ``candidate#k`` for the first ``k`` not yet taken."""
+        if candidate not in self.tensors:
+            return candidate
+        k = 2
+        while f"{candidate}#{k}" in self.tensors:
+            k += 1
+        return f"{candidate}#{k}"
+
+    def temp_name(self) -> str:
+        name = f"%{self._temps}"
+        self._temps += 1
+        return name
+
+    def fits(self, label: str, type_: TensorType, span: Span | None) -> bool:
+        """Whether a tensor of ``type_`` could exist; reports why not."""
+        nbytes = type_.nbytes
+        if nbytes >= ADDRESS_LIMIT:
+            self.diagnostics.add(
+                CapacityError(
+                    f"tensor '{label}' ({_short_type(type_)}) needs {nbytes:,} bytes, more than "
+                    "any device can address (2**48)",
+                    span,
+                    hint="check the shape; program parameters can be lowered with -D NAME=value",
+                )
+            )
+            return False
+        if self.device_capacity is not None and nbytes > self.device_capacity:
+            self.diagnostics.add(
+                CapacityError(
+                    f"tensor '{label}' ({_short_type(type_)}, {format_bytes(nbytes)}) is larger "
+                    f"than the device's memory ({format_bytes(self.device_capacity)})",
+                    span,
+                    hint="lower the program parameters (-D NAME=value) or use a larger device",
+                )
+            )
+            return False
+        return True
+
+    def tensor(
+        self,
+        name: str,
+        type_: TensorType,
+        kind: TensorKind,
+        span: Span | None,
+        display: str,
+        **fields,
+    ) -> Tensor:
+        """Add a tensor under the unique form of ``name`` (capacity is the caller's check)."""
+        unique = name if name not in self.tensors else self.fresh(name)
+        tensor = Tensor(unique, type_, kind, span, display, **fields)
+        self.tensors[unique] = tensor
+        return tensor
+
+    def const(self, value: int | float, dtype: str, span: Span | None) -> Tensor:
+        """A scalar constant tensor (a number used with a tensor takes the tensor's dtype)."""
+        name = f"%c{self._consts}"
+        self._consts += 1
+        return self.tensor(
+            name, TensorType((), dtype), "const", span, format_number(value), value=float(value)
+        )
+
+    def emit(self, node: Node) -> None:
+        self.nodes.append(node)
+        if len(self.nodes) > MAX_NODES:
+            raise ProgramTooLarge(
+                CheckError(
+                    f"the program expands to more than {MAX_NODES:,} operations",
+                    getattr(node, "span", None),
+                    hint="loops are unrolled and functions inlined at compile time; "
+                    "lower the loop bounds or parameters",
+                )
+            )
+
+
+def _short_type(type_: TensorType, limit: int = 60) -> str:
+    text = str(type_)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
