@@ -73,7 +73,7 @@ def parse(
     return _parse(text, filename, merged or None, device_capacity=_capacity(ref))
 
 
-def compile(  # noqa: A001 - the natural name for the stage
+def compile(
     program: Program,
     *,
     device: str | DeviceSpec | None = None,
@@ -90,9 +90,7 @@ def compile(  # noqa: A001 - the natural name for the stage
     from .compiler import compile_program
 
     spec = globals()["device"](device if device is not None else program.device)
-    return compile_program(
-        program, spec, streams=streams, memory=memory, alloc=alloc, check=check
-    )
+    return compile_program(program, spec, streams=streams, memory=memory, alloc=alloc, check=check)
 
 
 def run(

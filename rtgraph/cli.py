@@ -312,9 +312,10 @@ def cmd_viz(args: argparse.Namespace) -> int:
     spec = api.device(args.device or program.device)
     policies = [p for p in (args.compare or "").split(",") if p]
     if policies:
-        compiled = {p: api.compile(program, device=spec, streams=p, memory=args.memory,
-                                   alloc=args.alloc)
-                    for p in policies}
+        compiled = {
+            p: api.compile(program, device=spec, streams=p, memory=args.memory, alloc=args.alloc)
+            for p in policies
+        }
         figure = plot_dag_compare(compiled)
     else:
         compiled_one, _ = _compile(args, program)
@@ -421,8 +422,11 @@ def build_parser() -> argparse.ArgumentParser:
     _add_compile_args(p)
     p.add_argument("--mode", default="task_trace", choices=("task_trace", "op_trace"))
     p.add_argument("--iterations", type=int, default=1)
-    p.add_argument("--schedule", metavar="WAIT,WARMUP,ACTIVE[,REPEAT]",
-                   help="torch.profiler-style step schedule (default: record every step)")
+    p.add_argument(
+        "--schedule",
+        metavar="WAIT,WARMUP,ACTIVE[,REPEAT]",
+        help="torch.profiler-style step schedule (default: record every step)",
+    )
     p.add_argument("-o", "--output", default="profile", help="folder for the CSV files")
 
     p = sub.add_parser("viz", help="pictures of the stream assignment")

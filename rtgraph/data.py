@@ -14,7 +14,9 @@ import numpy as np
 from .dtypes import DTYPES, to_value
 
 
-def generate(name: str, shape: tuple[int, ...], dtype: str, seed: int, *, param: bool) -> np.ndarray:
+def generate(
+    name: str, shape: tuple[int, ...], dtype: str, seed: int, *, param: bool
+) -> np.ndarray:
     """Values for tensor ``name`` (value form of ``dtype``), reproducible from ``seed``."""
     rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
     if not DTYPES[dtype].is_float:

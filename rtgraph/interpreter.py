@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from .data import generate
-from .dtypes import DTYPES, to_value
+from .dtypes import to_value
 from .errors import CapacityError, InputError
 from .ir import OpNode, Program, Tensor
 from .ops import lookup, run_kernel

@@ -9,9 +9,10 @@ source language:
   ground truth for hazards).
 * ``commands`` — what the host thread submits, *in submission order*, each to one stream:
   launch a task, record or wait an event, a barrier mark (for devices that reorder), a host
-  callback, or a host sync; with run-time allocation also the host's allocate and free calls. Per-stream instruction lists are this list filtered by stream, and
-  the order across streams matters exactly as on a real runtime (a wait uses the latest record
-  submitted before it).
+  callback, or a host sync; with run-time allocation also the host's allocate and free
+  calls. Per-stream instruction lists are this list filtered by stream, and the order across
+  streams matters exactly as on a real runtime (a wait uses the latest record submitted
+  before it).
 * ``memory`` — where every tensor lives in the one device-memory buffer.
 * the host tensors copied in and out, the params resident on the device, the device name, and
   the source (for listings and for reports that point at lines).
@@ -49,8 +50,12 @@ class Operand:
         """The byte range ``[start, end)`` the view can touch."""
         if any(s == 0 for s in self.shape):
             return (self.offset, self.offset)
-        lo = self.offset + sum(st * (n - 1) for n, st in zip(self.shape, self.strides) if st < 0)
-        hi = self.offset + sum(st * (n - 1) for n, st in zip(self.shape, self.strides) if st > 0)
+        lo = self.offset + sum(
+            st * (n - 1) for n, st in zip(self.shape, self.strides, strict=True) if st < 0
+        )
+        hi = self.offset + sum(
+            st * (n - 1) for n, st in zip(self.shape, self.strides, strict=True) if st > 0
+        )
         return (lo, hi + DTYPES[self.dtype].itemsize)
 
 
@@ -397,7 +402,7 @@ def from_dict(data: Any) -> StreamProgram:
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise StreamProgramError(
             "not a stream program: missing schema marker",
-            hint=f"expected a JSON object with \"schema\": \"{SCHEMA}\" (from `rtgraph compile`)",
+            hint=f'expected a JSON object with "schema": "{SCHEMA}" (from `rtgraph compile`)',
         )
     if data.get("version") != VERSION:
         raise StreamProgramError(
@@ -446,10 +451,14 @@ def from_dict(data: Any) -> StreamProgram:
         program = StreamProgram(
             name=data["name"],
             device=data["device"],
-            streams=[StreamInfo(int(s["id"]), s["name"], int(s["priority"])) for s in data["streams"]],
+            streams=[
+                StreamInfo(int(s["id"]), s["name"], int(s["priority"])) for s in data["streams"]
+            ],
             tasks=tasks,
             commands=commands,
-            memory=MemoryPlan(mem["policy"], regions, int(mem["total_bytes"]), int(mem["alignment"])),
+            memory=MemoryPlan(
+                mem["policy"], regions, int(mem["total_bytes"]), int(mem["alignment"])
+            ),
             host_tensors=[
                 HostTensor(
                     h["name"], h["role"], tuple(h["shape"]), h["dtype"], h["value"], h["pinned"]

@@ -43,9 +43,11 @@ def programs(draw, max_ops: int = 12, dtype: str = "f32") -> Program:
     names = list(tensors)
     count = draw(st.integers(1, max_ops))
     for j in range(count):
-        kind = draw(st.sampled_from(
-            ["unary", "binary", "binary", "matmul", "matmul", "reduce", "layout", "copy"]
-        ))
+        kind = draw(
+            st.sampled_from(
+                ["unary", "binary", "binary", "matmul", "matmul", "reduce", "layout", "copy"]
+            )
+        )
         a = draw(st.sampled_from(names))
         rank = tensors[a].type.rank
         if kind == "unary":
@@ -88,9 +90,7 @@ def programs(draw, max_ops: int = 12, dtype: str = "f32") -> Program:
         tensors["t_final"] = Tensor("t_final", tensors[a].type, "value")
         nodes.append(OpNode("relu", (a,), "t_final", {}))
         produced = ["t_final"]
-    outputs = draw(
-        st.lists(st.sampled_from(produced), min_size=1, max_size=3, unique=True)
-    )
+    outputs = draw(st.lists(st.sampled_from(produced), min_size=1, max_size=3, unique=True))
     if produced[-1] not in outputs:
         outputs.append(produced[-1])
     return Program("random", {}, None, tensors, nodes, outputs)

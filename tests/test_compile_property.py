@@ -15,14 +15,13 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from strategies import programs
 
 from rtgraph.compiler import compile_program
 from rtgraph.devspec import load_device
 from rtgraph.listing import format_listing
 from rtgraph.races import check_races
 from rtgraph.stream_program import Barrier, StreamProgram, Wait
-
-from strategies import programs
 
 POLICIES = ["single", "by-unit", "by-unit:2", "list"]
 TOY = load_device("toy")
@@ -32,8 +31,10 @@ REORDER = replace(TOY, scheduler=replace(TOY.scheduler, reorder_window=8))
 def compiled_variants(program, device):
     for policy in POLICIES:
         for memory in ("none", "greedy"):
-            yield policy, memory, compile_program(
-                program, device, streams=policy, memory=memory, check=True
+            yield (
+                policy,
+                memory,
+                compile_program(program, device, streams=policy, memory=memory, check=True),
             )
 
 
@@ -60,8 +61,7 @@ def test_every_inserted_wait_is_needed(program, policy, memory):
             if isinstance(c, Wait | Barrier):
                 mutated = check_races(_without(sp, i), reorder=reorder)
                 assert mutated.races, (
-                    f"{policy}/{memory}: command {i} ({c}) was not needed\n"
-                    + format_listing(sp)
+                    f"{policy}/{memory}: command {i} ({c}) was not needed\n" + format_listing(sp)
                 )
 
 
@@ -75,7 +75,6 @@ def test_json_round_trip(program):
 
 
 def test_single_stream_needs_no_events():
-    
 
     program = _chain_program()
     sp = compile_program(program, TOY, streams="single")

@@ -96,7 +96,8 @@ def test_sync_on_a_never_recorded_event():
 
 
 def test_deadlock_host_stuck_on_a_full_queue_while_the_record_is_unsubmitted():
-    # Only with batches flushed when full (host.batch_flush = "full"): B's batch (size 3) holds t0 and the record of e0 — not yet submitted. A's wait captured
+    # Only with batches flushed when full (host.batch_flush = "full"): B's batch (size 3)
+    # holds t0 and the record of e0 — not yet submitted. A's wait captured
     # that record. A's queue (depth 3) fills with the wait and two tasks; the host blocks on
     # the third task and can never flush B's batch: nothing can happen any more.
     b = ProgramBuilder([("A", 0), ("B", 0)])
@@ -121,8 +122,9 @@ def test_deadlock_host_stuck_on_a_full_queue_while_the_record_is_unsubmitted():
     # The partial result shows the host blocked from 3 on.
     assert info.value.result.host_activities[-1].kind == "blocked"
     # A batch size of 1 for B submits the record at once: no deadlock.
-    r = run(b.build(), toy(scheduler={"queue_depth": 3}, host={"batch_flush": "full"}),
-            numerics=False)
+    r = run(
+        b.build(), toy(scheduler={"queue_depth": 3}, host={"batch_flush": "full"}), numerics=False
+    )
     assert all(t.end is not None for t in r.tasks)
     # Flushing B's batch when the host switches to stream A (the default) cannot deadlock.
     r = run(b.build(), toy(scheduler={"queue_depth": 3}), numerics=False, batch_size={1: 3})

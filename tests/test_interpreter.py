@@ -31,7 +31,9 @@ def numpy_reference(program: Program, seed: int) -> dict[str, np.ndarray]:
     env = {}
     for t in program.tensors.values():
         if t.kind in ("input", "param"):
-            env[t.name] = generate(t.name, t.type.shape, t.type.dtype, seed, param=t.kind == "param")
+            env[t.name] = generate(
+                t.name, t.type.shape, t.type.dtype, seed, param=t.kind == "param"
+            )
     for node in program.nodes:
         a = [env[n] for n in node.inputs]
         attrs = node.attrs

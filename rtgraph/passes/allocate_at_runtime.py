@@ -45,7 +45,6 @@ def allocate_at_runtime(graph: TaskGraph, *, kind: str = "mixed") -> TaskGraph:
     )
     base = align_up(fixed_end, mem.alignment)
     space = mem.capacity - base
-    allocators: list[_Space]
 
     # Where each storage is first and last touched, in submission order.
     first: dict[str, int] = {}
@@ -72,15 +71,11 @@ def allocate_at_runtime(graph: TaskGraph, *, kind: str = "mixed") -> TaskGraph:
             "pool", replace(mem, capacity=mem.capacity - pool_base), base_address=pool_base
         )
         space_for_values = _Space(pool, "pool")
-        allocators = [direct_space, space_for_values]
     else:
-        one = _Space(
-            from_memory_spec(kind, replace(mem, capacity=space), base_address=base), kind
-        )
+        one = _Space(from_memory_spec(kind, replace(mem, capacity=space), base_address=base), kind)
         for s in resident:
             start.append(one.malloc(s.name, s.nbytes, 0, addresses, latency))
         space_for_values = one
-        allocators = [one]
 
     before: dict[int, list[Alloc]] = {}
     after: dict[int, list[Free]] = {}

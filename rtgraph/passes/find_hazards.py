@@ -1,9 +1,10 @@
 """Hazard analysis: which tasks must finish before which, judged on bytes, not names.
 
 Walks the tasks in program order (in submission order once there is one: run-time
-allocation decides addresses in that order) through an :class:`~rtgraph.hazards.AccessTracker` over the
-planned regions, so the false dependencies created by memory reuse (a new tensor written where
-a dead one was still being read) are found exactly like true data dependencies. ``after=``
+allocation decides addresses in that order) through an
+:class:`~rtgraph.hazards.AccessTracker` over the planned regions, so the false dependencies
+created by memory reuse (a new tensor written where a dead one was still being read) are found
+exactly like true data dependencies. ``after=``
 edges of the program are kept as ``ORDER`` hazards: pure precedence with no bytes.
 
 The result is the graph every scheduler must respect: any order that keeps these edges

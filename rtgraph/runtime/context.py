@@ -1,0 +1,224 @@
+"""One device's runtime state: recorded work, device memory, and the last emulated run.
+
+A :class:`Context` is what CUDA and CANN call a context: the streams, events and allocations
+of one device. It owns a :class:`~.recorder.Recorder` (the growing stream program), a run-time
+allocator from :mod:`rtgraph.alloc` (addresses for every device tensor), and the result of
+the last emulated run.
+
+When the host needs an answer from the device (a synchronize, a query, a value, an elapsed
+time) :meth:`Context.run` runs the *whole* recorded program from the start on the emulator.
+That is simple and deterministic: the host blocks at every sync, so what happened before the
+latest sync never depends on work submitted after it, and every run agrees with the previous
+ones on it. The price is that a script that syncs ``k`` times over ``n`` tasks emulates
+``O(n·k)`` tasks in all; :func:`rtgraph.runtime.reset` starts over. A run is reused while
+nothing new has been recorded.
+
+The host clock: the emulated host thread finishes submitting the recorded commands at some
+time; :meth:`Context.host_now` is that time, and ``query()`` answers "was this done by then".
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass, field
+from heapq import heappop, heappush
+
+import numpy as np
+
+from ..alloc import Allocator, from_memory_spec
+from ..device import DeviceSpec
+from ..emulator import RunResult, run
+from ..errors import DeviceError, RtgError, UsageError
+from .recorder import Recorder
+
+
+@dataclass(eq=False)
+class Storage:
+    """A block of device memory owned by one or more tensors; freed when the last one dies.
+
+    ``used_on`` are streams other than the allocating one that the user declared with
+    ``Tensor.record_stream``: the block goes back to the allocator only after the host has
+    synchronized with each of them (as PyTorch's caching allocator waits on their events).
+    """
+
+    ctx: Context
+    region: str
+    handle: int
+    offset: int
+    nbytes: int
+    stream: int
+    used_on: list[int] = field(default_factory=list)
+    writer: int | None = None  # the task that last wrote it
+
+
+@dataclass(eq=False)
+class PendingCopy:
+    """A device-to-host copy into ``array``: it lands when a run shows it done by the host's
+    "now" (copies into one array land in the order they finished, as on hardware)."""
+
+    host: str
+    task: int
+    stream: int
+    array: np.ndarray
+    landed: bool = False
+
+
+def _release(ctx_ref: weakref.ref[Context], handle: int, stream: int, used_on: list[int]) -> None:
+    ctx = ctx_ref()
+    if ctx is not None and ctx.alive:
+        ctx.release(handle, stream, used_on)
+
+
+def _host_end(result: RunResult) -> float:
+    return max((a.end for a in result.host_activities if a.lane == "host"), default=0.0)
+
+
+class Context:
+    """The runtime state of one device (see the module docs)."""
+
+    def __init__(self, index: int, spec: DeviceSpec, allocator: str, **options: object) -> None:
+        self.index = index
+        self.spec = spec
+        self.alive = True
+        self.allocator_kind = allocator
+        self.allocator: Allocator = from_memory_spec(
+            allocator, spec.memory, base_address=0, **options
+        )
+        self.recorder = Recorder(spec, f"runtime:{spec.name}", f"runtime:{allocator}")
+        self.current_stream = 0
+        self.stream_priority: dict[int, int] = {0: 0}
+        self.result: RunResult | None = None
+        self.error: RtgError | None = None
+        self._ran_at = -1
+        self._record_times: dict[tuple[int, int], float] = {}
+        self._times_of: RunResult | None = None
+        self._deferred: list[tuple[int, int, list[int]]] = []  # handle, stream, streams left
+        self._free_events: list[int] = []  # ids of events that died, lowest reused first
+        self._copies: list[PendingCopy] = []  # device-to-host copies not landed yet
+
+    # --- checks ----------------------------------------------------------------------------
+    def check_alive(self, what: str) -> None:
+        if not self.alive:
+            raise UsageError(
+                f"{what} belongs to runtime state that reset() discarded",
+                hint="create streams, events and tensors again after rtgraph.runtime.reset()",
+            )
+
+    # --- device memory ---------------------------------------------------------------------
+    def allocate(self, nbytes: int, stream: int) -> Storage:
+        """Device memory for a new tensor, made for ``stream`` (stream-ordered reuse)."""
+        got = self.allocator.malloc(nbytes, stream)
+        for other in got.wait_for:
+            # The block was freed on another stream: order our use after that stream's work.
+            event = self.acquire_event()
+            self.recorder.record(other, event)
+            self.recorder.wait(stream, event)
+            self.release_event(event)  # the wait captured its generation: the id is free
+        region = self.recorder.add_region(got.address, max(nbytes, 1))
+        storage = Storage(self, region, got.handle, got.address, nbytes, stream)
+        weakref.finalize(storage, _release, weakref.ref(self), got.handle, stream, storage.used_on)
+        return storage
+
+    def release(self, handle: int, stream: int, used_on: list[int]) -> None:
+        """A storage died: free it now, or once the host has synced with every stream it used."""
+        waiting = sorted(set(used_on) - {stream})
+        if waiting:
+            self._deferred.append((handle, stream, waiting))
+        else:
+            self.allocator.free(handle, stream)
+
+    def _synced(self, stream: int | None) -> None:
+        """The host saw ``stream`` (None: every stream) finish: release deferred frees."""
+        keep = []
+        for handle, own, waiting in self._deferred:
+            left = [] if stream is None else [s for s in waiting if s != stream]
+            if left:
+                keep.append((handle, own, left))
+            else:
+                self.allocator.free(handle, own)
+        self._deferred = keep
+
+    # --- event ids ---------------------------------------------------------------------------
+    def acquire_event(self) -> int:
+        """An event id: a dead event's (lowest first) or a new one, within the device's limit.
+
+        Reusing an id is safe: a wait or sync captures the generation it refers to when it is
+        submitted, and a later record of the id only makes a newer generation.
+        """
+        if self._free_events:
+            return heappop(self._free_events)
+        limit = self.spec.scheduler.max_events
+        if self.recorder.num_events >= limit:
+            raise DeviceError(
+                f"out of events: device '{self.spec.name}' has {limit} event ids, all in use",
+                hint="let Event objects you no longer need be garbage, or record one again",
+            )
+        return self.recorder.new_event()
+
+    def release_event(self, event: int) -> None:
+        if self.alive:
+            heappush(self._free_events, event)
+
+    # --- running ---------------------------------------------------------------------------
+    def run(self) -> RunResult:
+        """The emulated run of everything recorded so far (reused while nothing was added)."""
+        rec = self.recorder
+        if self._ran_at == len(rec.commands):
+            if self.error is not None:
+                raise self.error
+            assert self.result is not None
+            return self.result
+        self._ran_at = len(rec.commands)
+        self.error = None
+        try:
+            self.result = run(rec.program(), self.spec, inputs=rec.inputs)
+        except RtgError as err:
+            self.error = err
+            self.result = getattr(err, "result", None)
+            raise
+        self._land(self.result)
+        return self.result
+
+    def copy_to_host(self, host: str, task: int, stream: int, array: np.ndarray) -> PendingCopy:
+        """Note a device-to-host copy of task ``task`` into ``array``."""
+        copy = PendingCopy(host, task, stream, array)
+        self._copies.append(copy)
+        return copy
+
+    def _land(self, result: RunResult) -> None:
+        """Write into host arrays the copies that finished by the host's "now"."""
+        now = _host_end(result)
+        done = []
+        for p in self._copies:
+            end = result.tasks[p.task].end
+            if end is not None and end <= now:
+                done.append((end, p.task, p))
+        for _, _, p in sorted(done, key=lambda d: d[:2]):
+            p.array[...] = result.outputs[p.host]
+            p.landed = True
+        self._copies = [p for p in self._copies if not p.landed]
+
+    def synchronize(self, kind: str, target: int | None = None) -> RunResult:
+        """The host blocks on an event, a stream or the device: record the Sync, then run."""
+        self.recorder.sync(kind, target)  # type: ignore[arg-type]
+        result = self.run()
+        if kind == "device":
+            self._synced(None)
+        elif kind == "stream":
+            self._synced(target)
+        return result
+
+    def host_now(self) -> float:
+        """When the emulated host thread finished the commands recorded so far (µs)."""
+        return _host_end(self.run())
+
+    def record_time(self, event: int, generation: int) -> float | None:
+        """When record ``generation`` of ``event`` completed in the run (None: it did not)."""
+        result = self.run()
+        if self._times_of is not result:
+            self._record_times = {(r.event, r.generation): r.time for r in result.event_records}
+            self._times_of = result
+        return self._record_times.get((event, generation))
+
+    def close(self) -> None:
+        self.alive = False
