@@ -37,7 +37,7 @@ class AccessTracker:
     def __init__(self) -> None:
         self._starts: list[int] = [0]
         self._writer: list[int | None] = [None]
-        self._readers: list[tuple[int, ...]] = [()]
+        self._readers: list[list[int]] = [[]]
 
     def _split(self, at: int) -> int:
         """Make ``at`` a segment boundary; return the index of the segment starting there."""
@@ -46,7 +46,7 @@ class AccessTracker:
             return i
         self._starts.insert(i + 1, at)
         self._writer.insert(i + 1, self._writer[i])
-        self._readers.insert(i + 1, self._readers[i])
+        self._readers.insert(i + 1, list(self._readers[i]))
         return i + 1
 
     def access(
@@ -78,19 +78,21 @@ class AccessTracker:
                 w = self._writer[k]
                 if w is not None:
                     note(w, "RAW", a, b)
-                if task not in self._readers[k]:
-                    self._readers[k] = (*self._readers[k], task)
+                readers = self._readers[k]
+                if not readers or readers[-1] != task:  # (a task's own reads are consecutive)
+                    readers.append(task)
         for lo, hi in writes:
             if hi <= lo:
                 continue
             i, j = self._split(lo), self._split(hi)
             for k in range(i, j):
                 a, b = self._starts[k], self._starts[k + 1]
-                readers = [r for r in self._readers[k] if r != task]
-                if readers:
+                readers = self._readers[k]
+                read_it = bool(readers) and readers[-1] == task
+                if len(readers) > read_it:
                     for r in readers:
                         note(r, "WAR", a, b)
-                elif self._writer[k] is not None and task not in self._readers[k]:
+                elif self._writer[k] is not None and not read_it:
                     # (a task that also read the segment is already ordered by its RAW)
                     note(self._writer[k], "WAW", a, b)
             # One segment for the whole written range: it now has one writer and no readers.
@@ -98,7 +100,7 @@ class AccessTracker:
             del self._writer[i + 1 : j]
             del self._readers[i + 1 : j]
             self._writer[i] = task
-            self._readers[i] = ()
+            self._readers[i] = []
         return [Conflict(src, task, kind, lo, hi) for (src, kind), (lo, hi) in found.items()]
 
     def __len__(self) -> int:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, Literal
 
 from .dtypes import DTYPES
@@ -42,11 +43,11 @@ class TensorType:
     shape: tuple[int, ...]
     dtype: str
 
-    @property
+    @cached_property
     def size(self) -> int:
         return math.prod(self.shape)
 
-    @property
+    @cached_property
     def nbytes(self) -> int:
         return self.size * DTYPES[self.dtype].itemsize
 

@@ -342,10 +342,9 @@ def _tasks(graph: TaskGraph) -> list[Task]:
         return tuple((regions[n].offset, regions[n].offset + regions[n].size) for n in names)
 
     out = []
+    pred = graph.dag.pred
     for t in graph.tasks:
-        deps = sorted(
-            p for p in graph.dag.predecessors(t.id) if graph.dag.edges[p, t.id]["kind"] != "hazard"
-        )
+        deps = sorted(p for p, edge in pred[t.id].items() if edge["kind"] != "hazard")
         out.append(
             Task(
                 id=t.id,
