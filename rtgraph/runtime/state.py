@@ -3,8 +3,8 @@
 Devices are the shipped specs in the index order of :func:`rtgraph.devspec.list_devices`
 (sorted by name: ``ascend-310p`` 0, ``ascend-910b`` 1, ``toy`` 2); the current device starts
 as :data:`DEFAULT_DEVICE`. ``set_device`` also takes the path of a user's ``.toml`` spec,
-which is appended to the table (once per file). Contexts are made on first use. The state is global and not
-thread-safe, like the current device and stream of one host thread.
+which is appended to the table (once per file). Contexts are made on first use. The state is
+global and not thread-safe, like the current device and stream of one host thread.
 """
 
 from __future__ import annotations
