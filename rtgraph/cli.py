@@ -264,10 +264,21 @@ def _write_reports(args: argparse.Namespace, result, compiled, spec) -> None:
         figure = plot_timeline(result, compiled, window=_window(args.window), device=spec)
         save_figure(figure, args.timeline)
     if getattr(args, "memory_map", None):
-        from .reports.memoryviz import plot_memory_map
         from .reports.style import save_figure
 
-        save_figure(plot_memory_map(compiled, result), args.memory_map)
+        if compiled.memory.policy.startswith("runtime:"):
+            from .reports.allocviz import plot_allocation_map as plot_map
+        else:
+            from .reports.memoryviz import plot_memory_map as plot_map
+        save_figure(plot_map(compiled, result), args.memory_map)
+    if getattr(args, "memory_plot", None):
+        from .reports.style import save_figure
+
+        if compiled.memory.policy.startswith("runtime:"):
+            from .reports.allocviz import plot_allocator_memory as plot_use
+        else:
+            from .reports.memoryviz import plot_memory as plot_use
+        save_figure(plot_use(compiled, result), args.memory_plot)
     if getattr(args, "advise", False):
         from .reports.advisor import advise, format_advice
 
@@ -411,6 +422,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--window", metavar="START:END", help="zoom the timeline to this span (µs)")
     p.add_argument("--trace", metavar="OUT.json", help="Chrome Trace Event JSON (Perfetto)")
     p.add_argument("--memory-map", metavar="OUT", help="address × time picture of device memory")
+    p.add_argument(
+        "--memory-plot", metavar="OUT", help="memory over time (allocated vs reserved) picture"
+    )
     p.add_argument("--advise", action="store_true", help="append the advisor's findings")
 
     p = sub.add_parser("advise", help="run and say what to try, with the evidence")

@@ -144,7 +144,8 @@ class Alloc:
     """The host allocates ``tensor`` at run time (``--alloc``): host time ``latency_us``.
 
     ``address`` is where the allocator put it (the task operands already use it); ``stream``
-    is the stream the memory is ordered on (stream-ordered allocators).
+    is the stream the memory is ordered on (stream-ordered allocators). ``allocated`` and
+    ``reserved`` are the allocator's totals right after the call (for memory pictures).
     """
 
     stream: int
@@ -153,6 +154,8 @@ class Alloc:
     size: int
     latency_us: float
     allocator: str = ""
+    allocated: int = 0
+    reserved: int = 0
 
 
 @dataclass(frozen=True)
@@ -163,6 +166,8 @@ class Free:
     tensor: str
     latency_us: float
     allocator: str = ""
+    allocated: int = 0
+    reserved: int = 0
 
 
 Command = Launch | Record | Wait | Barrier | Callback | Sync | Alloc | Free

@@ -162,11 +162,11 @@ class Host:
                 continue
             if type(cmd) is Alloc or type(cmd) is Free:
                 # The host thread itself spends the allocator's time (run-time allocation).
+                now = self.engine.now
+                verb = "alloc" if type(cmd) is Alloc else "free"
+                label = f"{verb} {cmd.tensor} ({cmd.allocator})"
+                self.activities.append((verb, now, now + cmd.latency_us, label, cmd.stream))
                 if cmd.latency_us > 0:
-                    now = self.engine.now
-                    verb = "alloc" if type(cmd) is Alloc else "free"
-                    label = f"{verb} {cmd.tensor} ({cmd.allocator})"
-                    self.activities.append((verb, now, now + cmd.latency_us, label, cmd.stream))
                     yield cmd.latency_us
                 continue
             sid = cmd.stream

@@ -149,9 +149,15 @@ class _Space:
         addresses[name] = a.address
         self.high_water = max(self.high_water, a.address + a.size)
         latency["alloc"] += a.latency_us
-        return Alloc(stream, name, a.address, a.size, a.latency_us, self.label)
+        used, held = self.totals()
+        return Alloc(stream, name, a.address, a.size, a.latency_us, self.label, used, held)
 
     def free(self, name: str, stream: int, latency: dict) -> Free:
         cost = self.allocator.free(self.handles.pop(name), stream)
         latency["free"] += cost
-        return Free(stream, name, cost, self.label)
+        used, held = self.totals()
+        return Free(stream, name, cost, self.label, used, held)
+
+    def totals(self) -> tuple[int, int]:
+        stats = self.allocator.stats()
+        return int(stats["allocated_bytes.all.current"]), int(stats["reserved_bytes.all.current"])
