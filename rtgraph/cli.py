@@ -226,7 +226,12 @@ def cmd_run(args: argparse.Namespace) -> int:
         data["policy"] = compiled.meta.get("policy")
         print(json.dumps(data, indent=1))
     else:
+        from .listing import compile_report
+
         print(result.summary())
+        print()
+        for line in compile_report(compiled):
+            print(f"compiler: {line}")
         if report:
             print("\ncheck against the reference interpreter:")
             for name, r in report.items():

@@ -65,13 +65,34 @@ def format_listing(program: StreamProgram) -> str:
         for c in syncs:
             target = "" if c.target is None else f" {c.target}"
             lines.append(f"  sync {c.kind}{target}")
+    lines += [f"; {line}" for line in compile_report(program)]
+    return "\n".join(lines) + "\n"
+
+
+def compile_report(program: StreamProgram) -> list[str]:
+    """The compiler's figures: hazards and events, and the memory plan against its bounds."""
+    out = []
     stats = program.meta.get("barriers")
     if stats:
-        lines.append(
-            "; hazards {hazards}, implied {implied}, waits {waits}, records {records}, "
+        out.append(
+            "hazards {hazards}, implied {implied}, waits {waits}, records {records}, "
             "barriers {barriers}, peak live events {events_peak}".format(**stats)
         )
-    return "\n".join(lines) + "\n"
+    mem = program.meta.get("memory")
+    if mem and not program.memory.policy.startswith("runtime:"):
+        out.append(
+            f"memory ({mem['policy']}): activations {mem['pool_bytes']:,} B, max-live lower "
+            f"bound {mem['pool_lower_bound']:,} B, no reuse {mem['pool_none_bytes']:,} B "
+            f"(saving {mem['saving']:.1%}); resident {mem['resident_bytes']:,} B"
+        )
+    alloc = program.meta.get("alloc")
+    if alloc and program.memory.policy.startswith("runtime:"):
+        out.append(
+            f"run-time allocation ({alloc['kind']}): {alloc['allocs']} allocations costing "
+            f"{alloc['alloc_latency_us']:.1f} µs of host time; peak allocated "
+            f"{alloc['peak_allocated_bytes']:,} B, peak reserved {alloc['peak_reserved_bytes']:,} B"
+        )
+    return out
 
 
 def to_dot(program: StreamProgram) -> str:
