@@ -174,28 +174,44 @@ def test_search_on_larger_problems_is_sound_and_beats_greedy(seed, n):
             assert check_placement(records, placement) == []
 
 
+#: Eight records whose max-live is 5 but which need 6: every section is at the bound, and no
+#: arrangement keeps each record contiguous (found by search, confirmed by brute force below).
+GAP_INSTANCE = [
+    (0, 3, 2),
+    (1, 4, 1),
+    (0, 1, 3),
+    (2, 5, 1),
+    (1, 2, 2),
+    (2, 3, 1),
+    (3, 4, 3),
+    (4, 5, 4),
+]
+
+
+def test_an_instance_whose_optimum_exceeds_max_live():
+    records = [Record(f"g{k}", a, b, s) for k, (a, b, s) in enumerate(GAP_INSTANCE)]
+    assert max_live(records) == 5
+    assert brute_force_optimum(records) == 6
+    assert plan(records).height == 6
+
+
 def test_search_backjumps_over_an_independent_piece():
-    # Two time-separated groups: the first packs perfectly at 6, the second needs 7 (three
-    # pairwise-overlapping records of sizes 3, 2, 2 plus one of 3 that meets two of them
-    # cannot stack in 6). The search must prove 6 infeasible and find 7.
-    first = [Record("a", 0, 2, 3), Record("b", 0, 2, 3)]
-    second = [
-        Record("c", 10, 14, 2),
-        Record("d", 11, 13, 3),
-        Record("e", 12, 16, 2),
-        Record("f", 13, 17, 3),
-        Record("g", 10, 12, 1),
-    ]
-    records = first + second
-    optimum = brute_force_optimum(records)
+    # The gap instance (scaled ×25: bound 125, optimum 150), the Pisarchyk–Lee example later in
+    # time, and one record spanning both. Once the spanning record is placed the two sides
+    # are independent; the infeasible side must send the search straight back to it.
+    hard = [Record(f"g{k}", a, b, 25 * s) for k, (a, b, s) in enumerate(GAP_INSTANCE)]
+    easy = [Record(f"p{r.id}", r.lower + 10, r.upper + 10, r.size) for r in pisarchyk_lee_records()]
+    records = [*hard, *easy, Record("span", 0, 20, 10)]
     problem = build_problem(records)
+    assert problem.lower_bound == 135
     for heuristic in PREORDERS:
         ranks = preorder_ranks(problem, heuristic)
-        below = fits_within(problem, ranks, optimum - 1, 10_000)
-        assert below.outcome is Outcome.INFEASIBLE
-        at = fits_within(problem, ranks, optimum, 10_000)
-        assert at.outcome is Outcome.FOUND
-    assert plan(records).height == optimum
+        assert fits_within(problem, ranks, 159, 20_000).outcome is Outcome.INFEASIBLE
+        found = fits_within(problem, ranks, 160, 20_000)
+        assert found.outcome is Outcome.FOUND
+    best = plan(records, budget=5_000)
+    assert best.height == 160  # removing the spanning record's band leaves a plan of the rest
+    assert check_placement(records, best) == []
 
 
 def test_search_proves_a_capacity_below_max_live_infeasible():

@@ -24,6 +24,10 @@ from ..stream_program import MemoryPlan, Region
 from ..taskgraph import TaskGraph
 
 POLICIES = ("none", "greedy")
+#: Above this many pooled tensors the planner uses its near-linear greedy portfolio only.
+SEARCH_LIMIT = 5000
+#: Placements the branch-and-bound search may try (≈0.2 s) when no greedy meets the bound.
+SEARCH_BUDGET = 2000
 
 
 def align_up(n: int, alignment: int) -> int:
@@ -88,7 +92,10 @@ def plan_memory(graph: TaskGraph, *, policy: str = "greedy") -> TaskGraph:
         placement = plan(records, alignment=alignment, method="fast") if records else None
         lower_bound = placement.lower_bound if placement else 0
     else:
-        placement = plan(records, alignment=alignment, method="best")
+        # The search is cheap when a greedy already meets the max-live bound (the usual case
+        # for models); a small budget bounds it when not, and large programs take the greedy.
+        method = "best" if len(records) <= SEARCH_LIMIT else "fast"
+        placement = plan(records, alignment=alignment, method=method, budget=SEARCH_BUDGET)
         offsets, height, lower_bound = placement.offsets, placement.height, placement.lower_bound
     for r in records:
         kind = graph.storages[r.id].kind
