@@ -8,6 +8,7 @@ options through them and, when ``check`` is on (the test suite turns it on), run
 
 from __future__ import annotations
 
+import gc
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -79,8 +80,18 @@ def compile_program(
             f"unknown allocation mode '{alloc}'", hint=f"choose one of: {', '.join(ALLOC_MODES)}"
         )
     policy = default_policy(program) if streams == "auto" else streams
-    graph: Any = program
     passes = PASSES if alloc == "static" else RUNTIME_ALLOC_PASSES
+    enabled = gc.isenabled()
+    gc.disable()  # the passes build many small acyclic objects; collections only cost time
+    try:
+        return _run_passes(program, device, passes, policy, memory, alloc, check)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _run_passes(program, device, passes, policy, memory, alloc, check) -> StreamProgram:
+    graph: Any = program
     for name, run in passes:
         if name == "lower":
             graph = run(graph, device=device)
