@@ -1,0 +1,168 @@
+"""Run every benchmark script and write benchmarks/README.md with their latest output.
+
+Each script runs as its own subprocess (``python benchmarks/NAME.py ARGS``, one BLAS thread),
+in the order of :data:`SCRIPTS`; its standard output goes into the README under its name with
+the exact command, the wall time it took and its exit status. A script that fails is recorded
+as failed (with the end of its error output) and the others still run. The headline table
+(``python -m rtgraph.bench models/``, the engine of ``rtgraph bench``) comes first.
+
+Usage: python benchmarks/run_all.py [--quick] [--only NAME,NAME] [--output PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from rtgraph.bench import machine_note  # noqa: E402
+
+#: (name, command after the interpreter, command with --quick, what it measures)
+SCRIPTS: tuple[tuple[str, list[str], list[str], str], ...] = (
+    (
+        "headline",
+        ["-m", "rtgraph.bench", "models/"],
+        ["-m", "rtgraph.bench", "models/"],
+        "streams, memory plan and allocation on every bundled model (emulated clock)",
+    ),
+    (
+        "schedule_quality_models",
+        ["benchmarks/schedule_quality_models.py"],
+        ["benchmarks/schedule_quality_models.py"],
+        "makespan ÷ lower bound per model and stream policy",
+    ),
+    (
+        "memory_quality",
+        ["benchmarks/memory_quality.py"],
+        ["benchmarks/memory_quality.py"],
+        "greedy plan ÷ max-live lower bound per model",
+    ),
+    (
+        "compile_scaling",
+        ["benchmarks/compile_scaling.py", "--repeat", "2"],
+        ["benchmarks/compile_scaling.py", "--sizes", "1000,10000"],
+        "compile time per task and timing-only emulation at 1k/10k/100k tasks",
+    ),
+    (
+        "simulate_overhead",
+        ["benchmarks/simulate_overhead.py"],
+        ["benchmarks/simulate_overhead.py", "--repeat", "1"],
+        "numeric run vs a plain kernel loop; per-task overhead vs Dask",
+    ),
+    (
+        "simulate_speed",
+        ["benchmarks/simulate_speed.py"],
+        ["benchmarks/simulate_speed.py", "--quick"],
+        "emulator tasks per second and numeric overhead on synthetic programs",
+    ),
+    (
+        "schedule_quality_stg",
+        ["benchmarks/schedule_quality_stg.py"],
+        ["benchmarks/schedule_quality_stg.py", "--budget", "20000"],
+        "list scheduler against the STG optimal schedules",
+    ),
+    (
+        "memory_planning",
+        ["benchmarks/memory_planning.py"],
+        ["benchmarks/memory_planning.py", "--method", "fast"],
+        "static memory planner on the MiniMalloc instances",
+    ),
+    (
+        "allocators",
+        ["benchmarks/allocators.py"],
+        ["benchmarks/allocators.py", "--quick"],
+        "run-time allocators: latency and fragmentation on replayed traces",
+    ),
+    (
+        "parse_speed",
+        ["benchmarks/parse_speed.py"],
+        ["benchmarks/parse_speed.py"],
+        "front-end lines per second",
+    ),
+    (
+        "render_timeline",
+        ["benchmarks/render_timeline.py"],
+        ["benchmarks/render_timeline.py", "--quick"],
+        "time to draw timeline pictures",
+    ),
+)
+
+
+def run_one(command: list[str]) -> tuple[int, str, str, float]:
+    env = {**os.environ, "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")]))
+    start = time.perf_counter()
+    done = subprocess.run(
+        [sys.executable, *command], cwd=ROOT, env=env, capture_output=True, text=True
+    )
+    return done.returncode, done.stdout, done.stderr, time.perf_counter() - start
+
+
+def section(name: str, command: list[str], purpose: str, outcome) -> list[str]:
+    code, out, err, seconds = outcome
+    status = "ok" if code == 0 else f"FAILED (exit {code})"
+    lines = [
+        f"## {name}",
+        "",
+        f"{purpose}. Command: `python {' '.join(command)}` — {status}, {seconds:.1f} s.",
+        "",
+    ]
+    # The script's own headings go two levels down, under this section's heading.
+    text = "\n".join("##" + ln if ln.startswith("#") else ln for ln in out.strip().splitlines())
+    if text:
+        lines += [text, ""]
+    if code != 0:
+        tail = "\n".join(err.strip().splitlines()[-15:])
+        lines += ["```", tail, "```", ""]
+    return lines
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="smaller sizes where scripts allow")
+    parser.add_argument("--only", help="comma-separated script names")
+    parser.add_argument("--output", default=str(ROOT / "benchmarks" / "README.md"))
+    args = parser.parse_args()
+    only = set(args.only.split(",")) if args.only else None
+    chosen = [s for s in SCRIPTS if only is None or s[0] in only]
+    unknown = (only or set()) - {s[0] for s in SCRIPTS}
+    if unknown:
+        parser.error(f"unknown script(s): {', '.join(sorted(unknown))}")
+
+    head = [
+        "# Benchmarks",
+        "",
+        "Written by `python benchmarks/run_all.py"
+        + (" --quick" if args.quick else "")
+        + "`, which runs each script below as a subprocess",
+        "(one BLAS thread) and pastes its output. Emulated figures (makespans, utilization, bytes)",
+        "do not depend on the machine; wall-clock figures do. Regenerate after changing the",
+        "compiler, the emulator or a model.",
+        "",
+        f"Machine: {machine_note().replace('default', '1')}.",
+        "",
+        "| script | status | seconds |",
+        "|---|---|---:|",
+    ]
+    body: list[str] = []
+    for name, full, quick, purpose in chosen:
+        command = quick if args.quick else full
+        print(f"run_all: {name} …", file=sys.stderr, flush=True)
+        outcome = run_one(command)
+        head.append(
+            f"| [{name}](#{name}) | {'ok' if outcome[0] == 0 else 'FAILED'} | {outcome[3]:.1f} |"
+        )
+        body += section(name, command, purpose, outcome)
+    text = "\n".join([*head, "", *body]).rstrip() + "\n"
+    Path(args.output).write_text(text)
+    print(f"run_all: wrote {args.output}", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,167 @@
+"""``rtgraph bench``: the headline comparison's tables hold the columns they promise and numbers
+that agree with each other and with direct runs of the same compilations."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+from conftest import MODELS
+
+import rtgraph
+from rtgraph.bench import ALLOC_MODES, BenchReport, bench, main, model_paths
+from rtgraph.errors import UsageError
+from rtgraph.stream_program import Wait
+
+SMALL = {"attention": {"S": 32, "D": 192, "H": 12}}
+ATTENTION = MODELS / "attention.rtg"
+
+
+@pytest.fixture(scope="module")
+def report() -> BenchReport:
+    return bench([ATTENTION], params=SMALL, progress=False)
+
+
+def test_every_policy_and_memory_plan_has_a_row(report):
+    assert report.models == ["attention"] and report.device == "ascend-910b"
+    assert report.params["attention"] == SMALL["attention"]
+    keys = {(r.policy, r.memory) for r in report.policies}
+    assert keys == {(p, m) for p in ("single", "by-unit", "list") for m in ("greedy", "none")}
+
+
+def test_speedup_is_single_makespan_over_policy_makespan(report):
+    for row in report.policies:
+        single = report.policy_row(row.model, "single", row.memory)
+        assert row.speedup == pytest.approx(single.makespan_us / row.makespan_us)
+        assert row.compute_utilization == pytest.approx(
+            row.utilization["cube"] + row.utilization["vector"]
+        )
+    assert report.policy_row("attention", "single").speedup == 1.0
+
+
+def test_rows_match_a_direct_run_of_the_same_compilation(report):
+    program = rtgraph.load(ATTENTION, SMALL["attention"])
+    compiled = rtgraph.compile(program, device="ascend-910b", streams="by-unit", memory="none")
+    result = rtgraph.run(compiled, device="ascend-910b", numerics=False)
+    row = report.policy_row("attention", "by-unit", "none")
+    assert row.makespan_us == result.makespan_us
+    assert row.utilization == result.utilization
+    assert row.events == result.events
+    assert row.waits == sum(isinstance(c, Wait) for c in compiled.commands) > 0
+    assert row.tasks == len(compiled.tasks)
+    single = report.policy_row("attention", "single", "none")
+    assert single.waits == 0 and single.events == 0
+
+
+def test_memory_row_is_consistent(report):
+    (row,) = report.memory
+    assert row.lower_bound <= row.greedy_bytes <= row.none_bytes
+    assert row.saving == pytest.approx(1 - row.greedy_bytes / row.none_bytes)
+    assert row.over_bound == pytest.approx(row.greedy_bytes / row.lower_bound)
+    assert row.over_bound >= 1.0
+
+
+def test_allocation_rows_cost_what_the_device_spec_says(report):
+    spec = rtgraph.device("ascend-910b").memory
+    rows = {r.mode: r for r in report.allocation}
+    assert list(rows) == ["static", *ALLOC_MODES]
+    assert rows["static"].load_calls == rows["static"].step_calls == 0
+    direct = rows["direct"]
+    # every activation alloc and free goes to the driver; params once at load
+    assert direct.step_us == pytest.approx(
+        direct.step_allocs * spec.direct_alloc_us + direct.step_frees * spec.direct_free_us
+    )
+    assert direct.load_us == pytest.approx(direct.load_calls * spec.direct_alloc_us)
+    pool = rows["pool"]
+    assert pool.step_calls == direct.step_calls
+    assert pool.us_per_step_call < direct.us_per_step_call / 5
+    assert pool.step_us >= pool.step_allocs * spec.pool_alloc_us
+    mixed = rows["mixed"]
+    assert mixed.load_us == direct.load_us  # params are allocated directly …
+    assert mixed.us_per_step_call < direct.us_per_step_call / 5  # … activations from the pool
+    for row in rows.values():
+        assert row.step_makespan_us == pytest.approx(row.makespan_us - row.load_us)
+    assert direct.step_makespan_us > pool.step_makespan_us >= rows["static"].step_makespan_us
+
+
+def test_markdown_has_the_three_tables_with_their_columns(report):
+    text = report.markdown()
+    for title in ("### Streams", "### Memory", "### Allocation"):
+        assert title in text
+    for column in ("makespan µs", "speed-up", "cube", "vector", "dma", "cube+vector", "events"):
+        assert f"| {column} |" in text
+    for column in ("no reuse MiB", "greedy MiB", "saving", "greedy ÷ max-live"):
+        assert f"| {column} |" in text
+    for column in ("µs per step call", "step makespan µs", "÷ static"):
+        assert f"| {column} |" in text
+    by_unit = report.policy_row("attention", "by-unit", "none")
+    assert f"| attention | none | by-unit | {by_unit.makespan_us:,.1f} | " in text
+
+
+def test_json_round_trips_with_derived_columns(report):
+    data = json.loads(json.dumps(report.to_json()))
+    assert data["device"] == "ascend-910b" and data["models"] == ["attention"]
+    assert len(data["policies"]) == 6
+    assert all("compute_utilization" in r and "speedup" in r for r in data["policies"])
+    assert {"saving", "over_bound"} <= set(data["memory"][0])
+    assert {"us_per_step_call", "step_makespan_us"} <= set(data["allocation"][0])
+
+
+def test_figure_has_three_panels(report, tmp_path):
+    from rtgraph.reports.style import save_figure
+
+    fig = report.figure()
+    assert len(fig.axes) == 3
+    assert save_figure(fig, tmp_path / "bench.png").stat().st_size > 0
+
+
+class FakeTerminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_progress_bar_draws_in_place_on_a_terminal_and_lines_elsewhere():
+    mlp = [MODELS / "mlp.rtg"]
+    small = {"mlp": {"B": 16, "D": 32, "F": 64}}
+    terminal = FakeTerminal()
+    bench(mlp, params=small, stream=terminal, allocs=())
+    assert terminal.getvalue().count("\r[") >= 6 and terminal.getvalue().endswith("\n")
+    plain = io.StringIO()
+    bench(mlp, params=small, stream=plain, allocs=())
+    assert plain.getvalue().splitlines() == ["bench: [0/7] mlp", "bench: [7/7] done"]
+    silent = FakeTerminal()
+    bench(mlp, params=small, stream=silent, allocs=(), progress=False)
+    assert silent.getvalue() == ""
+    auto = io.StringIO()
+    bench(mlp, params=small, stream=auto, allocs=(), progress=None)
+    assert auto.getvalue() == ""  # not a terminal
+
+
+def test_paths_expand_folders_and_reject_what_is_not_there(tmp_path):
+    found = model_paths([MODELS])
+    assert found == sorted(MODELS.glob("*.rtg"))
+    assert model_paths([ATTENTION, ATTENTION]) == [ATTENTION]
+    with pytest.raises(UsageError, match="no such file"):
+        model_paths([tmp_path / "missing.rtg"])
+    with pytest.raises(UsageError, match=r"no \.rtg files"):
+        model_paths([tmp_path])
+    with pytest.raises(UsageError, match="no models"):
+        model_paths([])
+
+
+def test_unknown_options_are_usage_errors():
+    with pytest.raises(UsageError, match="memory plan 'reuse'"):
+        bench([ATTENTION], memories=("reuse",), progress=False)
+    with pytest.raises(UsageError, match="allocation mode 'slab'"):
+        bench([ATTENTION], allocs=("slab",), progress=False)
+
+
+def test_module_entry_point_prints_markdown_or_json(capsys, tmp_path):
+    mlp = str(MODELS / "mlp.rtg")
+    assert main([mlp]) == 0
+    assert "### Streams" in capsys.readouterr().out
+    assert main([mlp, "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["models"] == ["mlp"]
+    assert main([str(tmp_path / "nope.rtg")]) == 2
+    assert "no such file" in capsys.readouterr().err
