@@ -38,14 +38,12 @@ def _mlp():
 
 def test_allocs_come_before_the_producer_and_frees_after_the_last_use():
     compiled = rtgraph.compile(_mlp(), alloc="pool", streams="single")
-    launched: set[str] = set()
     alive: set[str] = set()
     for c in compiled.commands:
         if isinstance(c, Alloc):
             alive.add(c.tensor)
         elif isinstance(c, Free):
             alive.discard(c.tensor)
-            launched.add(c.tensor)
         elif isinstance(c, Launch):
             task = compiled.tasks[c.task]
             for op in (*task.inputs, *([task.output] if task.output else [])):
