@@ -76,8 +76,10 @@ def _add_compile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--memory",
         default="greedy",
-        choices=("none", "greedy"),
-        help="memory plan: none (a region per tensor) or greedy (reuse by liveness)",
+        choices=("none", "greedy", "stream-ordered"),
+        help="memory plan: none (a region per tensor), greedy (reuse by liveness in program "
+        "order) or stream-ordered (reuse only where the streams already order the tensors: "
+        "no false dependencies)",
     )
     p.add_argument(
         "--alloc",

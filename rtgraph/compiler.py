@@ -20,6 +20,7 @@ from .passes.assign_streams import assign_streams
 from .passes.find_hazards import find_hazards
 from .passes.insert_barriers import insert_barriers
 from .passes.lower import lower
+from .passes.order_submissions import order_submissions
 from .passes.plan_memory import plan_memory
 from .policies import StreamPolicy
 from .stream_program import StreamProgram
@@ -31,6 +32,7 @@ PASSES: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("find_hazards", find_hazards),
     ("assign_streams", assign_streams),
     ("insert_barriers", insert_barriers),
+    ("order_submissions", order_submissions),
 )
 #: With run-time allocation (``--alloc``) addresses depend on the submission order, so the
 #: allocator runs after stream assignment and hazards are found again on its addresses.
@@ -42,6 +44,20 @@ RUNTIME_ALLOC_PASSES: tuple[tuple[str, Callable[..., Any]], ...] = (
     ("allocate_at_runtime", allocate_at_runtime),
     ("find_hazards", find_hazards),
     ("insert_barriers", insert_barriers),
+    ("order_submissions", order_submissions),
+)
+#: ``--memory stream-ordered`` plans from happens-before in the stream program, so the plan
+#: follows stream assignment; the policy sees the true dependencies only (every tensor its own
+#: region), and hazards are found again on the final addresses.
+STREAM_ORDERED_PASSES: tuple[tuple[str, Callable[..., Any]], ...] = (
+    ("lower", lower),
+    ("plan_memory", plan_memory),
+    ("find_hazards", find_hazards),
+    ("assign_streams", assign_streams),
+    ("replan_memory", plan_memory),
+    ("find_hazards", find_hazards),
+    ("insert_barriers", insert_barriers),
+    ("order_submissions", order_submissions),
 )
 ALLOC_MODES = ("static", "direct", "pool", "pytorch", "buddy", "mixed")
 
@@ -69,8 +85,8 @@ def compile_program(
 ) -> StreamProgram:
     """Compile a checked program for ``device`` into a stream program.
 
-    ``memory`` is the static plan (``none``/``greedy``); ``alloc`` other than ``static``
-    replaces it by run-time allocation from that allocator (see
+    ``memory`` is the static plan (``none``/``greedy``/``stream-ordered``); ``alloc`` other
+    than ``static`` replaces it by run-time allocation from that allocator (see
     :mod:`rtgraph.passes.allocate_at_runtime`).
     """
     if alloc not in ALLOC_MODES:
@@ -80,7 +96,12 @@ def compile_program(
             f"unknown allocation mode '{alloc}'", hint=f"choose one of: {', '.join(ALLOC_MODES)}"
         )
     policy = default_policy(program) if streams == "auto" else streams
-    passes = PASSES if alloc == "static" else RUNTIME_ALLOC_PASSES
+    if alloc != "static":
+        passes = RUNTIME_ALLOC_PASSES
+    elif memory == "stream-ordered":
+        passes = STREAM_ORDERED_PASSES
+    else:
+        passes = PASSES
     enabled = gc.isenabled()
     gc.disable()  # the passes build many small acyclic objects; collections only cost time
     try:
@@ -96,9 +117,16 @@ def _run_passes(program, device, passes, policy, memory, alloc, check) -> Stream
         if name == "lower":
             graph = run(graph, device=device)
         elif name == "plan_memory":
-            graph = run(graph, policy=memory if alloc == "static" else "none")
+            provisional = alloc != "static" or memory == "stream-ordered"
+            graph = run(graph, policy="none" if provisional else memory)
+        elif name == "replan_memory":
+            graph = run(graph, policy=memory)
         elif name == "assign_streams":
             graph = run(graph, policy=policy)
+        elif name == "order_submissions":
+            graph = run(
+                graph, batch_size=device.host.batch_size, max_events=device.scheduler.max_events
+            )
         elif name == "allocate_at_runtime":
             graph = run(graph, kind=alloc)
         else:
@@ -124,10 +152,11 @@ def check_graph(graph: TaskGraph, *, after: str) -> None:
     script_tasks = [i for i in graph.script if isinstance(i, int)]
     if sorted(script_tasks) != list(range(n)):
         fail("the host script does not list every task once")
-    position = {t: k for k, t in enumerate(script_tasks)}
-    for src, dst in graph.dag.edges:
-        if position[src] >= position[dst]:
-            fail(f"edge {src} -> {dst} goes backwards in program order")
+    if graph.order is None:
+        position = {t: k for k, t in enumerate(script_tasks)}
+        for src, dst in graph.dag.edges:
+            if position[src] >= position[dst]:
+                fail(f"edge {src} -> {dst} goes backwards in program order")
     for t in graph.tasks:
         for name in (*t.inputs, *([t.output] if t.output else [])):
             if name not in graph.views:

@@ -33,25 +33,29 @@ def ty(program, name: str) -> TensorType:
 def test_attention_model() -> None:
     p = load(MODELS / "attention.rtg")
     assert p.name == "attention" and p.device == "ascend-910b"
-    assert p.params == {"S": 512, "D": 768, "H": 12}
-    assert [t.name for t in p.inputs()] == ["x"]
-    assert ty(p, "x") == TensorType((512, 768), "f16")
-    assert {t.name: t.alloc for t in p.params_()} == dict.fromkeys(
-        ("wq", "wk", "wv", "wo"), "direct"
-    )
-    assert Counter(ops(p)) == {"matmul": 6, "reshape": 4, "transpose": 4, "mul": 1, "softmax": 1}
-    assert ty(p, "q") == TensorType((12, 512, 64), "f16")
-    assert ty(p, "k") == TensorType((12, 64, 512), "f16")
-    assert ty(p, "p") == TensorType((12, 512, 512), "f16")
-    assert ty(p, "y") == TensorType((512, 768), "f16")
-    (scale,) = [t for t in p.tensors.values() if t.kind == "const"]
-    assert scale.value == pytest.approx(1 / 8) and scale.type == TensorType((), "f16")
-    assert p.outputs == ["y"] and not p.streams
+    assert p.params == {"S": 1024, "D": 768, "H": 12}
+    assert [t.name for t in p.inputs()] == ["x0", "x1", "x2", "x3"]
+    assert all(ty(p, f"x{b}") == TensorType((1024, 768), "f16") for b in range(4))
+    groups = [f"{w}[{g}]" for w in ("wq", "wk", "wv", "wo") for g in range(3)]
+    assert {t.name: t.alloc for t in p.params_()} == dict.fromkeys(groups, "direct")
+    assert ty(p, "wq[0]") == TensorType((4, 768, 64), "f16")  # 4 heads of width 64 per group
+    assert ty(p, "wo[2]") == TensorType((256, 768), "f16")
+    # Per sequence and head group: 4 projections, scores, P·V and the output projection on the
+    # Cube; scale and softmax on the Vector; the groups' shares of y summed.
+    counts = Counter(ops(p))
+    assert counts["matmul"] == 4 * 3 * 6
+    assert counts["softmax"] == counts["mul"] == 4 * 3
+    assert counts["add"] == 4 * 2
+    for b in range(4):
+        assert ty(p, f"y{b}") == TensorType((1024, 768), "f16")
+    assert p.outputs == ["y0", "y1", "y2", "y3"] and not p.streams
 
 
 def test_attention_parameters_can_be_overridden() -> None:
     p = load(MODELS / "attention.rtg", {"S": 128, "H": 8})
-    assert ty(p, "q") == TensorType((8, 128, 96), "f16")
+    assert ty(p, "wq[0]") == TensorType((4, 768, 96), "f16")  # G = 4 heads of width 768/8
+    assert sum(1 for n in p.tensors if n.startswith("wq[")) == 2
+    assert ty(p, "y0") == TensorType((128, 768), "f16")
 
 
 def test_mlp_model() -> None:

@@ -93,16 +93,17 @@ def test_outputs_are_written_whole_or_not_at_all(tmp_path, capsys):
 
 def test_eval_with_npz_inputs(tmp_path, capsys):
     x = np.ones((64, 128), dtype=np.float16)
-    np.savez(tmp_path / "in.npz", x=x)
+    np.savez(tmp_path / "in.npz", x0=x, x1=x, x2=x, x3=x)
     assert main(["eval", ATTENTION, *SMALL, "--inputs", str(tmp_path / "in.npz")]) == 0
-    assert "y:" in capsys.readouterr().out
-    np.savez(tmp_path / "bad.npz", x=np.ones((3, 3), dtype=np.float16))
+    assert "y0:" in capsys.readouterr().out
+    bad = np.ones((3, 3), dtype=np.float16)
+    np.savez(tmp_path / "bad.npz", x0=bad, x1=x, x2=x, x3=x)
     assert main(["eval", ATTENTION, *SMALL, "--inputs", str(tmp_path / "bad.npz")]) == 1
     assert "shape" in capsys.readouterr().err
 
 
 def test_npz_with_objects_is_refused_not_unpickled(tmp_path, capsys):
-    np.savez(tmp_path / "evil.npz", x=np.array([{"a": 1}], dtype=object))
+    np.savez(tmp_path / "evil.npz", x0=np.array([{"a": 1}], dtype=object))
     assert main(["eval", ATTENTION, *SMALL, "--inputs", str(tmp_path / "evil.npz")]) == 1
     assert "error" in capsys.readouterr().err
 

@@ -1,7 +1,9 @@
 """Compiler invariants, property-tested over random programs and every stream policy.
 
 * The compiled stream program has no race (the static checker agrees), under every policy and
-  both memory plans, on an in-order device and on one with a reorder window.
+  every memory plan, on an in-order device and on one with a reorder window.
+* The ``stream-ordered`` plan never costs a wait: it needs exactly the waits of no reuse at all,
+  in no more memory; on one stream it is the ``greedy`` plan.
 * Minimality and a non-blind checker: deleting any single inserted wait (or barrier mark)
   makes the checker report a race.
 * The stream program survives its JSON form unchanged.
@@ -24,13 +26,14 @@ from rtgraph.races import check_races
 from rtgraph.stream_program import Barrier, StreamProgram, Wait
 
 POLICIES = ["single", "by-unit", "by-unit:2", "list"]
+MEMORY = ["none", "greedy", "stream-ordered"]
 TOY = load_device("toy")
 REORDER = replace(TOY, scheduler=replace(TOY.scheduler, reorder_window=8))
 
 
 def compiled_variants(program, device):
     for policy in POLICIES:
-        for memory in ("none", "greedy"):
+        for memory in MEMORY:
             yield (
                 policy,
                 memory,
@@ -47,12 +50,25 @@ def test_compiled_programs_are_race_free(program):
             assert report.ok, (policy, memory, report)
 
 
+@given(programs())
+@settings(max_examples=25)
+def test_stream_ordered_reuse_adds_no_dependency(program):
+    for policy in POLICIES:
+        ordered = compile_program(program, TOY, streams=policy, memory="stream-ordered")
+        alone = compile_program(program, TOY, streams=policy, memory="none")
+        assert ordered.meta["barriers"]["waits"] == alone.meta["barriers"]["waits"], policy
+        assert ordered.memory.total_bytes <= alone.memory.total_bytes
+    one = compile_program(program, TOY, streams="single", memory="stream-ordered")
+    greedy = compile_program(program, TOY, streams="single", memory="greedy")
+    assert one.memory.regions == greedy.memory.regions
+
+
 def _without(sp: StreamProgram, index: int) -> StreamProgram:
     commands = sp.commands[:index] + sp.commands[index + 1 :]
     return replace(sp, commands=commands)
 
 
-@given(programs(), st.sampled_from(POLICIES), st.sampled_from(["none", "greedy"]))
+@given(programs(), st.sampled_from(POLICIES), st.sampled_from(MEMORY))
 @settings(max_examples=25)
 def test_every_inserted_wait_is_needed(program, policy, memory):
     for device, reorder in ((TOY, False), (REORDER, True)):
@@ -120,7 +136,7 @@ def test_memory_reuse_false_dependencies_are_ordered(policy):
     assert sp.memory.total_bytes <= none.memory.total_bytes
 
 
-@given(programs(), st.sampled_from(POLICIES), st.sampled_from(["none", "greedy"]))
+@given(programs(), st.sampled_from(POLICIES), st.sampled_from(MEMORY))
 @settings(max_examples=30)
 def test_emulated_results_equal_the_reference_bit_for_bit(program, policy, memory):
     """The brief's end-to-end invariant: compile, run on the emulated device (in order and

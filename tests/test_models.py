@@ -121,7 +121,6 @@ def close(got: np.ndarray, want: np.ndarray, tol: float = 3e-2) -> bool:
     return float(np.abs(got - want).max()) <= tol * scale
 
 
-@pytest.mark.skip(reason="written for the head-pipelined attention rewrite, not landed yet")
 def test_attention_is_textbook_multi_head_attention():
     params = SMALL["attention"]
     program = load("attention", **params)

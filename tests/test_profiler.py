@@ -258,9 +258,9 @@ def test_compiled_attention_profile_names_ops_shapes_and_core_types():
     assert len(report.op_summary) == 2 * len(compiled.tasks)
     core = {(s["OP Type"], s["Core Type"]) for s in report.op_statistic}
     assert {("matmul", "AI_CORE"), ("softmax", "AI_VECTOR_CORE"), ("h2d", "PCIE_DMA")} <= core
-    first = next(r for r in report.op_summary if r["Op Name"] == "x @ wq")
-    assert first["Input Shapes"] == "128,256;256,256"
+    first = next(r for r in report.op_summary if r["Op Name"] == "x @ wq[g]")
+    assert first["Input Shapes"] == "128,256;2,256,64"  # x and one group of 2 heads' Wq
     assert first["Input Data Types"] == "FLOAT16;FLOAT16"
-    assert first["Output Shapes"] == "128,256"
+    assert first["Output Shapes"] == "2,128,64"
     assert first["Throughput(TFLOPS)"] > 0 and first["Bandwidth(GB/s)"] > 0
     assert 0 < report.overhead_measured <= device.profiling.op_trace_overhead

@@ -20,7 +20,6 @@ peak number live is reported.
 
 from __future__ import annotations
 
-import heapq
 from bisect import bisect_left, insort
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -41,6 +40,7 @@ from ..stream_program import (
     validate,
 )
 from ..taskgraph import HostStep, TaskGraph
+from .event_ids import colour_events
 
 
 @dataclass
@@ -235,7 +235,7 @@ def insert_barriers(graph: TaskGraph) -> StreamProgram:
             hint="use fewer streams (--streams by-unit) or a device with more event ids",
         )
     stats["events_peak"] = peak
-    notes = {**graph.notes, "barriers": stats}
+    notes = {**graph.notes, "barriers": stats, "user_events": len(user_events)}
     sp = StreamProgram(
         name=program.name,
         device=graph.device.name,
@@ -262,44 +262,20 @@ def _assemble(
 
     Returns the commands, the number of event ids used, and the peak number live.
     """
-    order: list[tuple[str, object]] = []
-    for kind, item in host:
-        order.append((kind, item))
-        if kind == "launch" and item in records_after:
-            order.append(("record", (stream_of[item], records_after[item])))
-    last_wait: dict[int, int] = {}
-    for pos, (kind, item) in enumerate(order):
-        if kind == "wait":
-            last_wait[item[1]] = pos
-    free: list[int] = []
-    next_id = first_id
-    live: list[tuple[int, int]] = []  # (last wait position, id)
-    ids: dict[int, int] = {}
-    peak = 0
     commands: list[Command] = []
-    for pos, (kind, item) in enumerate(order):
-        while live and live[0][0] < pos:
-            heapq.heappush(free, heapq.heappop(live)[1])
+    for kind, item in host:
         if kind == "launch":
             commands.append(Launch(stream_of[item], item))
-        elif kind == "record":
-            q, provisional = item
-            if free:
-                ev = heapq.heappop(free)
-            else:
-                ev, next_id = next_id, next_id + 1
-            ids[provisional] = ev
-            heapq.heappush(live, (last_wait[provisional], ev))
-            peak = max(peak, len(live))
-            commands.append(Record(q, ev))
+            if item in records_after:
+                commands.append(Record(stream_of[item], first_id + records_after[item]))
         elif kind == "wait":
             q, provisional = item
-            commands.append(Wait(q, ids[provisional]))
+            commands.append(Wait(q, first_id + provisional))
         elif kind == "barrier":
             commands.append(Barrier(item))
         else:
             commands.append(item)
-    return commands, next_id, peak
+    return colour_events(commands, first_id)
 
 
 def _place_barriers(

@@ -12,18 +12,28 @@ measured against); ``greedy`` packs by liveness with :func:`rtgraph.memplan.plan
 region once the tensor in it is dead. Lifetimes are positions in program order; reuse creates
 false dependencies (WAR/WAW between unrelated tensors sharing bytes) that the hazard pass turns
 into ordering constraints, so a plan can cost parallelism but never correctness.
+
+``stream-ordered`` packs the same way but measures liveness by *happens-before* in the stream
+program instead of by position: a tensor's bytes are free for a later tensor only once every
+access to it is ordered — by its stream or by a dependency the barrier pass turns into an event
+— before every task that could still start on any stream. This is the reuse a stream-ordered
+pool (``cudaMallocAsync``, ``aclrtMemPool``) makes without inserting waits of its own: it never
+adds a dependency, so it never costs parallelism, and on one stream it is exactly ``greedy``.
+It needs the streams and the submission order, so it runs after stream assignment.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
+
 from ..errors import CapacityError, UsageError
 from ..memplan import Record, plan
 from ..stream_program import MemoryPlan, Region
 from ..taskgraph import TaskGraph
 
-POLICIES = ("none", "greedy")
+POLICIES = ("none", "greedy", "stream-ordered")
 #: Above this many pooled tensors the planner uses its near-linear greedy portfolio only.
 SEARCH_LIMIT = 5000
 #: Placements the branch-and-bound search may try (≈0.2 s) when no greedy meets the bound.
@@ -49,6 +59,62 @@ def lifetimes(graph: TaskGraph) -> dict[str, tuple[int, int]]:
     return span
 
 
+def ordered_lifetimes(graph: TaskGraph) -> dict[str, tuple[int, int]]:
+    """Per storage: its first position in submission order, and the position from which every
+    task, on every stream, happens after all its accesses (``[first, end)``, end exclusive).
+
+    Happens-before is stream order plus the DAG's edges, tracked as vector clocks: ``clock[t][s]``
+    counts the tasks of stream ``s`` ordered before or at ``t``. Along one stream each clock
+    column only grows, so a stream's first task that follows every access is a binary search
+    per stream pair, and ``end`` is just past the latest task, over all streams, that does not.
+    """
+    if graph.order is None or graph.stream_of is None:
+        return {name: (a, b + 1) for name, (a, b) in lifetimes(graph).items()}
+    order, stream_of = graph.order, graph.stream_of
+    lane = {s: k for k, s in enumerate(sorted(set(stream_of.values())))}
+    n_lanes = len(lane)
+    clock: dict[int, list[int]] = {}
+    lane_tasks: list[list[int]] = [[] for _ in range(n_lanes)]
+    lane_positions: list[list[int]] = [[] for _ in range(n_lanes)]
+    first: dict[str, int] = {}
+    last: dict[str, dict[int, int]] = {}  # storage → lane → clock count of its last access there
+    preds = graph.dag.pred
+    for position, t in enumerate(order):
+        s = lane[stream_of[t]]
+        mine = lane_tasks[s]
+        c = list(clock[mine[-1]]) if mine else [0] * n_lanes
+        for p in preds[t]:
+            cp = clock[p]
+            for k in range(n_lanes):
+                if cp[k] > c[k]:
+                    c[k] = cp[k]
+        c[s] = len(mine) + 1
+        clock[t] = c
+        mine.append(t)
+        lane_positions[s].append(position)
+        task = graph.tasks[t]
+        for name in (*task.reads, *task.writes):
+            first.setdefault(name, position)
+            last.setdefault(name, {})[s] = c[s]
+    columns = [
+        np.array([clock[t] for t in tasks], dtype=np.int64).reshape(len(tasks), n_lanes)
+        for tasks in lane_tasks
+    ]
+    span: dict[str, tuple[int, int]] = {}
+    for name, accesses in last.items():
+        end = first[name] + 1
+        for s in range(n_lanes):
+            col = columns[s]
+            k = 0
+            for a, count in accesses.items():
+                need = count + 1 if a == s else count
+                k = max(k, int(np.searchsorted(col[:, a], need, side="left")))
+            if k:  # the stream's k-th task is its first one ordered after every access
+                end = max(end, lane_positions[s][k - 1] + 1)
+        span[name] = (first[name], end)
+    return span
+
+
 def plan_memory(graph: TaskGraph, *, policy: str = "greedy") -> TaskGraph:
     """``graph`` with ``memory`` set: a region per storage, offsets aligned to the device's rule."""
     if policy not in POLICIES:
@@ -56,7 +122,10 @@ def plan_memory(graph: TaskGraph, *, policy: str = "greedy") -> TaskGraph:
             f"unknown memory policy '{policy}'", hint=f"choose one of: {', '.join(POLICIES)}"
         )
     alignment = graph.device.memory.alignment
-    live = lifetimes(graph)
+    if policy == "stream-ordered":
+        live = ordered_lifetimes(graph)
+    else:
+        live = {name: (a, b + 1) for name, (a, b) in lifetimes(graph).items()}
     regions: dict[str, Region] = {}
 
     fixed = [s for s in graph.storages.values() if s.address is not None]
@@ -79,7 +148,7 @@ def plan_memory(graph: TaskGraph, *, policy: str = "greedy") -> TaskGraph:
 
     pooled = [s for s in graph.storages.values() if s.kind in ("input", "value")]
     records = [
-        Record(s.name, live.get(s.name, (0, 0))[0], live.get(s.name, (0, 0))[1] + 1, s.nbytes)
+        Record(s.name, live.get(s.name, (0, 1))[0], live.get(s.name, (0, 1))[1], s.nbytes)
         for s in pooled
     ]
     none_height = sum(align_up(max(s.nbytes, 1), alignment) for s in pooled)
