@@ -343,6 +343,38 @@ def cmd_viz(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from .bench import ALLOC_MODES, MEMORY_PLANS, POLICIES, bench
+
+    def listed(value: str | None, default: Sequence[str]) -> list[str]:
+        return [v for v in value.split(",") if v] if value else list(default)
+
+    paths = args.files or ["models"]
+    report = bench(
+        paths,
+        device=args.device or "ascend-910b",
+        progress=not args.quiet,
+        policies=listed(args.streams, POLICIES),
+        memories=listed(args.memory, MEMORY_PLANS),
+        allocs=listed(args.alloc, ALLOC_MODES),
+    )
+    text = json.dumps(report.to_json(), indent=1) if args.json else report.markdown()
+    figure = None
+    if args.figure:
+        from .reports.style import save_figure
+
+        figure = report.figure()
+        save_figure(figure, args.figure)
+    if args.output:
+        write_output(args.output, text + "\n")
+        print(f"wrote {args.output}")
+    else:
+        print(text)
+    if figure is not None:
+        print(f"wrote {args.figure}", file=sys.stderr if not args.output else sys.stdout)
+    return 0
+
+
 def cmd_plan_memory(args: argparse.Namespace) -> int:
     from .memplan import greedy_by_size, plan, read_records_csv
 
@@ -391,6 +423,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "advise": cmd_advise,
     "profile": cmd_profile,
     "viz": cmd_viz,
+    "bench": cmd_bench,
 }
 
 
@@ -461,6 +494,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.add_argument("--alignment", type=int, default=1)
     p.add_argument("--method", default="best", choices=("fast", "best"))
+
+    p = sub.add_parser(
+        "bench",
+        help="the headline comparison: stream policies, memory plans and allocators per model",
+    )
+    p.add_argument("files", nargs="*", help=".rtg files or folders of them (default: ./models)")
+    p.add_argument("--device", help="device spec name or TOML path (default: ascend-910b)")
+    p.add_argument(
+        "--streams", metavar="P1,P2", help="policies beside single (default: by-unit,list)"
+    )
+    p.add_argument(
+        "--memory", metavar="M1,M2", help="memory plans (default: stream-ordered,greedy,none)"
+    )
+    p.add_argument("--alloc", metavar="A1,A2", help="allocators (default: direct,pool,mixed)")
+    p.add_argument("--json", action="store_true", help="the figures as JSON instead of tables")
+    p.add_argument("--figure", metavar="OUT", help="also save the picture (.png, .svg or .pdf)")
+    p.add_argument("-o", "--output", metavar="OUT.md", help="write the tables here")
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
 
     p = sub.add_parser("devices", help="list the shipped device specs")
     p.add_argument("-v", "--verbose", action="store_true")

@@ -27,7 +27,8 @@ def test_every_policy_and_memory_plan_has_a_row(report):
     assert report.models == ["attention"] and report.device == "ascend-910b"
     assert report.params["attention"] == SMALL["attention"]
     keys = {(r.policy, r.memory) for r in report.policies}
-    assert keys == {(p, m) for p in ("single", "by-unit", "list") for m in ("greedy", "none")}
+    plans = ("stream-ordered", "greedy", "none")
+    assert keys == {(p, m) for p in ("single", "by-unit", "list") for m in plans}
 
 
 def test_speedup_is_single_makespan_over_policy_makespan(report):
@@ -54,9 +55,50 @@ def test_rows_match_a_direct_run_of_the_same_compilation(report):
     assert single.waits == 0 and single.events == 0
 
 
+def test_stream_ordered_reuse_costs_no_wait_and_no_time(report):
+    for policy in ("by-unit", "list"):
+        ordered = report.policy_row("attention", policy, "stream-ordered")
+        alone = report.policy_row("attention", policy, "none")
+        assert ordered.waits == alone.waits
+        assert ordered.makespan_us == pytest.approx(alone.makespan_us)
+    greedy = report.policy_row("attention", "by-unit", "greedy")
+    assert greedy.makespan_us > report.policy_row("attention", "by-unit").makespan_us
+
+
+def test_host_overlap_is_a_share_of_the_submission_time(report):
+    for row in report.policies:
+        assert 0 <= row.host_overlap_us <= row.host_submit_us <= row.host_busy_us + 1e-9
+    # Submitting ahead: most of the host's ioctl time runs while the device computes.
+    assert report.policy_row("attention", "by-unit").host_overlap > 0.5
+
+
+def test_headline_sets_each_claim_against_a_measured_figure(report):
+    text = report.headline()
+    lines = [line for line in text.splitlines() if line.startswith("| ")][2:]
+    claims = [line.split(" | ")[0].lstrip("| ") for line in lines]
+    assert claims == [
+        "one stream: Cube / Vector utilization",
+        "a stream per unit type: Cube / Vector utilization",
+        "Cube + Vector utilization, a stream per unit ÷ one stream",
+        "the host submits while the device computes",
+        "direct device allocation (aclrtMalloc), per call",
+        "caching-pool allocation, per call",
+    ]
+    single = report.policy_row("attention", "single")
+    unit = report.policy_row("attention", "by-unit")
+    lift = unit.compute_utilization / single.compute_utilization
+    assert f"attention {lift:.2f}×" in text
+    assert f"attention {round(100 * single.utilization['cube'])} %" in text
+    spec = rtgraph.device("ascend-910b").memory
+    assert f"median {spec.direct_alloc_us:.1f} µs" in text
+    assert f"median {spec.pool_alloc_us:.1f} µs" in text
+    assert all(line.rstrip(" |").split(" | ")[-1] for line in lines)  # every row has a verdict
+    assert "### Headline" in report.markdown()
+
+
 def test_memory_row_is_consistent(report):
     (row,) = report.memory
-    assert row.lower_bound <= row.greedy_bytes <= row.none_bytes
+    assert row.lower_bound <= row.greedy_bytes <= row.stream_ordered_bytes <= row.none_bytes
     assert row.saving == pytest.approx(1 - row.greedy_bytes / row.none_bytes)
     assert row.over_bound == pytest.approx(row.greedy_bytes / row.lower_bound)
     assert row.over_bound >= 1.0
@@ -102,8 +144,9 @@ def test_markdown_has_the_three_tables_with_their_columns(report):
 def test_json_round_trips_with_derived_columns(report):
     data = json.loads(json.dumps(report.to_json()))
     assert data["device"] == "ascend-910b" and data["models"] == ["attention"]
-    assert len(data["policies"]) == 6
+    assert len(data["policies"]) == 9
     assert all("compute_utilization" in r and "speedup" in r for r in data["policies"])
+    assert all(0 <= r["host_overlap"] <= 1 for r in data["policies"])
     assert {"saving", "over_bound"} <= set(data["memory"][0])
     assert {"us_per_step_call", "step_makespan_us"} <= set(data["allocation"][0])
 
@@ -129,7 +172,7 @@ def test_progress_bar_draws_in_place_on_a_terminal_and_lines_elsewhere():
     assert terminal.getvalue().count("\r[") >= 6 and terminal.getvalue().endswith("\n")
     plain = io.StringIO()
     bench(mlp, params=small, stream=plain, allocs=())
-    assert plain.getvalue().splitlines() == ["bench: [0/7] mlp", "bench: [7/7] done"]
+    assert plain.getvalue().splitlines() == ["bench: [0/10] mlp", "bench: [10/10] done"]
     silent = FakeTerminal()
     bench(mlp, params=small, stream=silent, allocs=(), progress=False)
     assert silent.getvalue() == ""
@@ -155,6 +198,28 @@ def test_unknown_options_are_usage_errors():
         bench([ATTENTION], memories=("reuse",), progress=False)
     with pytest.raises(UsageError, match="allocation mode 'slab'"):
         bench([ATTENTION], allocs=("slab",), progress=False)
+
+
+def test_cli_bench_writes_tables_and_figure_whole(capsys, tmp_path):
+    from rtgraph.cli import main as cli
+
+    mlp = str(MODELS / "mlp.rtg")
+    out, fig = tmp_path / "bench.md", tmp_path / "bench.png"
+    assert cli(["bench", mlp, "-q", "-o", str(out), "--figure", str(fig)]) == 0
+    assert out.read_text().startswith("Device `ascend-910b`")
+    assert "### Headline" in out.read_text() and fig.stat().st_size > 0
+    capsys.readouterr()
+    assert cli(["bench", mlp, "--streams", "by-unit", "--memory", "greedy", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {(r["policy"], r["memory"]) for r in data["policies"]} == {
+        ("single", "greedy"),
+        ("by-unit", "greedy"),
+    }
+    missing = tmp_path / "nowhere" / "bench.md"
+    assert cli(["bench", mlp, "-q", "-o", str(missing)]) == 2
+    assert not missing.exists()
+    assert cli(["bench", mlp, "-q", "--alloc", "slab"]) == 2
+    assert "allocation mode 'slab'" in capsys.readouterr().err
 
 
 def test_module_entry_point_prints_markdown_or_json(capsys, tmp_path):
