@@ -301,15 +301,27 @@ def test_hbm_bandwidth_is_shared_and_retimed():
     assert spans(run(both.build(), spec, numerics=False)) == [(0, 13), (0, 9)]
 
 
-def test_compute_bound_task_leaves_the_bandwidth_share_when_its_bytes_are_done():
-    # C (cube): 10 000 flops → 10 µs compute, 2 000 bytes. B (vector): 4 000 bytes.
-    # From t=1 both move at 500 B/µs; C's bytes are done at 1 + 4 = 5 and it stops sharing
-    # (still computing until 1 + 10 = 11). B has 2 000 left at 1 000 B/µs → ends at 7.
+def test_compute_bound_task_streams_its_bytes_and_leaves_the_rest_of_the_bandwidth():
+    # C (cube): 10 000 flops → 10 µs compute, 2 000 bytes: it streams them over its compute,
+    # asking for 2 000 B / 10 µs = 200 B/µs. B (vector): 4 000 bytes, memory-bound, gets the
+    # other 800 B/µs (max-min fair, not an equal half): done at 1 + 5 = 6. C ends at 1 + 10.
     b = ProgramBuilder(2)
     b.work(0, "cube", flops=10000, bytes_moved=2000)
     b.work(1, "vector", bytes_moved=4000)
     r = run(b.build(), toy(host=FREE_SUBMIT), numerics=False)
-    assert spans(r) == [(0, 11), (0, 7)]
+    assert spans(r) == [(0, 11), (0, 6)]
+
+
+def test_a_compute_bound_task_slowed_below_its_stream_rate_catches_up_later():
+    # C (cube, 8 µs compute, 6 000 B) asks for 6 000 / 8 = 750 B/µs; V (vector, 4 000 B,
+    # memory-bound) asks for everything. Max-min fair: 500 B/µs each from t=1, so V is done
+    # at 1 + 8 = 9. C has moved 4 000 by then and its compute is over: its last 2 000 bytes
+    # take the whole 1 000 B/µs → C ends at 11, later than its alone time of 1 + 8 = 9.
+    b = ProgramBuilder(2)
+    b.work(0, "cube", flops=8000, bytes_moved=6000)
+    b.work(1, "vector", bytes_moved=4000)
+    r = run(b.build(), toy(host=FREE_SUBMIT), numerics=False)
+    assert spans(r) == [(0, 11), (0, 9)]
 
 
 def test_task_starting_mid_transfer_slows_the_running_one():
@@ -387,15 +399,16 @@ def test_same_program_same_timeline():
 def test_the_worked_example_of_docs_emulator_md():
     # docs/emulator.md, "A worked example", step by step:
     #   host: six 1 µs ioctls [0,6]: A arrives 1, record 2, B 3, wait 4, C 5, callback 6.
-    #   A (cube, 10 000 flops, 4 000 B): issued 1, moves bytes from 2 alone → 2 000 left at 4;
-    #     B joins at 4: 500 B/µs each → A's bytes done at 8; compute ends 2 + 10 = 12 → [1,12].
-    #   B (vector, 4 000 B): issued 3, bytes from 4: 2 000 by 8, the rest alone → [3,10].
+    #   A (cube, 10 000 flops, 4 000 B): issued 1, streams its bytes over its compute from 2 at
+    #     400 B/µs; B joins at 4 and takes the other 600 B/µs; A's bytes and compute end at
+    #     2 + 10 = 12 → [1,12].
+    #   B (vector, 3 600 B): issued 3, bytes from 4 at 600 B/µs → [3,10].
     #   record e0 completes at 12; s1 waits on it [10,12]; C (2 µs kernel) [12,15].
     #   callback on the host lane [15,16]; the device sync returns at 16 + 1 = 17.
     b = ProgramBuilder([("cube", 0), ("vector", 0)])
     b.work(0, "cube", flops=10000, bytes_moved=4000, name="A")
     b.record(0, 0)
-    b.work(1, "vector", bytes_moved=4000, name="B")
+    b.work(1, "vector", bytes_moved=3600, name="B")
     b.wait(1, 0)
     b.kernel(1, 2, name="C")
     b.callback(1, "done")

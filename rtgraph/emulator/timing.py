@@ -10,9 +10,11 @@ A task's duration has up to three parts (all in microseconds, from :mod:`rtgraph
 
 A cube/vector task ends at ``start + launch + max(body, memory)`` where memory is the time its
 bytes take at its share of HBM bandwidth. The share is not fixed: bandwidth is split equally
-among every running cube/vector task that still has bytes to move, so the :class:`HbmTimer`
+among the running cube/vector tasks that still have bytes to move, so the :class:`HbmTimer`
 tracks each such task's remaining bytes and re-times all of them whenever one joins (its launch
-overhead is over) or leaves (its bytes are done). Completion events that a re-timing made stale
+overhead is over) or leaves (its bytes are done). The split is max-min fair over what each
+task can use: a compute-bound task streams its bytes over its compute time and asks for no
+more than that rate. Completion events that a re-timing made stale
 carry an old version number and are ignored. Alone, a task takes exactly
 ``costmodel.estimate_us``.
 
@@ -23,6 +25,7 @@ transfer).
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -159,21 +162,36 @@ class HbmTimer:
         self._retime(now)
 
     def _retime(self, now: float) -> None:
-        """Bring every transfer up to ``now`` and reschedule it at its new equal share."""
+        """Bring every transfer up to ``now`` and reschedule it at its new max-min fair rate.
+
+        A compute-bound task streams its operands while it computes: it asks only for the rate
+        that moves its remaining bytes by the time its compute ends (a memory-bound one asks
+        for everything). HBM is split max-min fairly over those demands — the smallest
+        demands are met in full, the rest share what is left equally — so a matmul feeding
+        on a trickle of bytes does not halve the bandwidth of the softmax beside it.
+        """
         self.retimes += 1
         active = self.active
         if not active:
             return
-        share = self.bandwidth / len(active)  # bytes per second each
-        engine = self.engine
-        for task, tr in active.items():
+        demands = []
+        for k, (task, tr) in enumerate(active.items()):
             if tr.rate:
                 tr.remaining = max(0.0, tr.remaining - tr.rate * (now - tr.last) / 1e6)
             tr.last = now
-            tr.rate = share
+            left = self.compute_end[task] - now
+            cap = tr.remaining * 1e6 / left if left > 1e-9 else math.inf
+            demands.append((cap, k, task, tr))
+        demands.sort()
+        budget = self.bandwidth  # bytes per second
+        engine = self.engine
+        for n, (cap, _, task, tr) in enumerate(demands):
+            rate = min(cap, budget / (len(demands) - n))
+            budget -= rate
+            tr.rate = rate
             tr.version += 1
-            # Same formula as costmodel.memory_us: bytes * 1e6 / (bandwidth * share).
-            engine.at(now + tr.remaining * 1e6 / share, STATE, self._bytes_done, (task, tr.version))
+            done = now + tr.remaining * 1e6 / rate if rate > 0 else now
+            engine.at(done, STATE, self._bytes_done, (task, tr.version))
 
     def _bytes_done(self, key: tuple[int, int]) -> None:
         task, version = key
