@@ -17,11 +17,14 @@ Built in:
 * ``explicit`` — the program's ``on s { }`` blocks keep their streams (and their own
   ``record``/``wait``/``barrier``); the other tasks go by unit.
 * ``list`` — a cost-aware list scheduler (critical-path priorities) picks each task's stream
-  and the submission order, from the device cost model.
+  and the submission order, from the device cost model; its streams are the schedule's lanes
+  per unit, or dependency chains across units when the host is the bottleneck (see
+  :class:`ListScheduler`).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -157,8 +160,23 @@ class Explicit:
         return Assignment(tuple(streams), stream_of, keeps_program_sync=True)
 
 
+#: How much lower (a fraction) the chain mapping's score must be for ``list`` to prefer it.
+CHAIN_MARGIN = 0.05
+
+
 class ListScheduler:
-    """Critical-path list scheduling on the device cost model; lanes become streams."""
+    """Critical-path list scheduling on the device cost model, then a stream per lane or chain.
+
+    The schedule fixes every task's start and the submission order; two mappings of it onto
+    streams are then weighed. *Lanes*: a stream per (unit, lane), as the schedule placed them.
+    *Chains*: a task joins the stream whose last task is its latest-finishing predecessor, or
+    else a stream idle by its start — dependent tasks share an in-order stream whatever their
+    unit, so they need no event and the host no switch. Each mapping is scored by the larger
+    of the schedule's makespan and an estimate of the host's submission time (an ioctl per
+    batch and per event wait, a submit cost per launch, record and wait); chains must score
+    :data:`CHAIN_MARGIN` lower to be chosen. They win where the host, not the device, is the
+    bottleneck.
+    """
 
     name = "list"
 
@@ -184,18 +202,76 @@ class ListScheduler:
         if method == "auto":
             method = "best" if len(jobs) <= 2000 else "fast"
         schedule = list_schedule(jobs, capacity, method=method)
-        streams: list[StreamInfo] = []
-        sid: dict[tuple[str, int], int] = {}
-        for k in sorted(
-            range(len(jobs)), key=lambda k: (UNITS.index(jobs[k].unit), schedule.lane[k])
-        ):
-            key = (jobs[k].unit, schedule.lane[k])
-            if key not in sid:
-                sid[key] = len(streams)
-                streams.append(StreamInfo(len(streams), f"{key[0]}.{key[1]}"))
-        stream_of = {ids[k]: sid[(jobs[k].unit, schedule.lane[k])] for k in range(len(jobs))}
         order = sorted(range(len(jobs)), key=lambda k: (schedule.start[k], k))
-        return Assignment(tuple(streams), stream_of, tuple(ids[k] for k in order))
+        candidates = [_lanes(jobs, schedule), _chains(jobs, schedule, order)]
+        host = graph.device.host
+        scores = [
+            max(schedule.makespan, _host_estimate_us(jobs, order, of, host)) for _, of in candidates
+        ]
+        # The estimates are rough: chains must win clearly, or the lanes keep the units apart.
+        choice = 1 if scores[1] < (1 - CHAIN_MARGIN) * scores[0] else 0
+        streams, stream_of = candidates[choice]
+        return Assignment(
+            streams, {ids[k]: stream_of[k] for k in range(len(jobs))}, tuple(ids[k] for k in order)
+        )
+
+
+def _lanes(jobs, schedule) -> tuple[tuple[StreamInfo, ...], list[int]]:
+    """A stream per (unit, lane) of the schedule, numbered by unit then lane."""
+    streams: list[StreamInfo] = []
+    sid: dict[tuple[str, int], int] = {}
+    for k in sorted(range(len(jobs)), key=lambda k: (UNITS.index(jobs[k].unit), schedule.lane[k])):
+        key = (jobs[k].unit, schedule.lane[k])
+        if key not in sid:
+            sid[key] = len(streams)
+            streams.append(StreamInfo(len(streams), f"{key[0]}.{key[1]}"))
+    return tuple(streams), [sid[(j.unit, schedule.lane[k])] for k, j in enumerate(jobs)]
+
+
+def _chains(jobs, schedule, order) -> tuple[tuple[StreamInfo, ...], list[int]]:
+    """Streams as chains of the schedule: follow the latest-finishing predecessor, else reuse
+    the stream that went idle last before the task starts, else open one."""
+    last: list[int] = []  # per stream: its last job so far
+    stream_of = [0] * len(jobs)
+    for k in order:
+        chosen = None
+        for p in sorted(jobs[k].preds, key=lambda p: -schedule.finish[p]):
+            if last[stream_of[p]] == p:
+                chosen = stream_of[p]
+                break
+        if chosen is None:
+            idle = [s for s, j in enumerate(last) if schedule.finish[j] <= schedule.start[k]]
+            if idle:
+                chosen = max(idle, key=lambda s: schedule.finish[last[s]])
+            else:
+                chosen = len(last)
+                last.append(k)
+        last[chosen] = k
+        stream_of[k] = chosen
+    return tuple(StreamInfo(s, f"chain.{s}") for s in range(len(last))), stream_of
+
+
+def _host_estimate_us(jobs, order, stream_of, host) -> float:
+    """The host's submission time on these streams: a submit cost per launch, record and wait,
+    and an ioctl per full batch plus one per wait (the producer's batch must be flushed before
+    the consumer's wait can be submitted). Waits are counted as the barrier pass inserts them:
+    a dependency already implied by an earlier wait (a vector clock per stream) needs none."""
+    lanes = max(stream_of, default=0) + 1
+    known = [[0] * lanes for _ in range(lanes)]  # known[s][q]: tasks of q that s has seen end
+    seen: dict[int, list[int]] = {}
+    waits = 0
+    for k in order:
+        s = stream_of[k]
+        clock = known[s]
+        for p in jobs[k].preds:
+            q = stream_of[p]
+            if q != s and clock[q] < seen[p][q]:
+                waits += 1
+                clock[:] = [max(a, b) for a, b in zip(clock, seen[p], strict=True)]
+        clock[s] += 1
+        seen[k] = list(clock)
+    ioctls = math.ceil(len(jobs) / host.batch_size) + waits
+    return ioctls * host.ioctl_us + (len(jobs) + 2 * waits) * host.submit_us
 
 
 BUILTIN = ("single", "by-unit", "by-unit:N", "explicit", "list")
