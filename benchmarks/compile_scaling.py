@@ -4,8 +4,9 @@ Generates ``.rtg`` programs of about 1k, 10k and 100k tasks — eight independen
 ``relu(h @ w + b)`` (a Cube matmul, then two Vector ops), unrolled by a ``for`` loop — and
 for each size prints:
 
-* the front end (parse, check, unroll) and every back-end pass (``memory="greedy"``,
-  ``streams="by-unit"``), each in µs per task, timed inside the real ``compile_program``;
+* the front end (parse, check, unroll) and every back-end pass (``streams="by-unit"`` and the
+  default ``memory="stream-ordered"``, or ``--memory greedy``), each in µs per task, timed
+  inside the real ``compile_program`` (a pass that runs twice is summed);
 * the growth factor of the whole compile from 10k to 100k tasks (10.0 is linear);
 * timing-only emulation (``numerics=False``) in tasks per second.
 
@@ -13,6 +14,7 @@ If the compile grows faster than about 13× from 10k to 100k tasks, the script n
 whose time grew most (run it under ``python -m cProfile`` to see the function).
 
 Usage: python benchmarks/compile_scaling.py [--sizes 1000,10000,100000] [--repeat N]
+       [--memory stream-ordered|greedy|none]
 """
 
 from __future__ import annotations
@@ -52,8 +54,13 @@ def program_text(tasks: int) -> str:
     return "\n".join(lines)
 
 
-def timed_passes(times: dict[str, float]):
-    """compiler.PASSES with each pass wrapped to add its CPU time to ``times``."""
+def pass_list(memory: str):
+    """The name of the compiler's pass list that ``memory`` selects (static allocation)."""
+    return "STREAM_ORDERED_PASSES" if memory == "stream-ordered" else "PASSES"
+
+
+def timed_passes(times: dict[str, float], passes):
+    """``passes`` with each pass wrapped to add its CPU time to ``times``."""
 
     def wrap(name, run):
         def timed(*args, **kwargs):
@@ -65,10 +72,10 @@ def timed_passes(times: dict[str, float]):
 
         return timed
 
-    return tuple((name, wrap(name, run)) for name, run in compiler.PASSES)
+    return tuple((name, wrap(name, run)) for name, run in passes)
 
 
-def measure(tasks: int, repeat: int) -> dict[str, float]:
+def measure(tasks: int, repeat: int, memory: str) -> dict[str, float]:
     text = program_text(tasks)
     best: dict[str, float] = {}
     for _ in range(repeat):
@@ -76,14 +83,17 @@ def measure(tasks: int, repeat: int) -> dict[str, float]:
         t0 = time.process_time()
         program = rtgraph.parse(text, "scale.rtg")
         times["front end"] = time.process_time() - t0
-        original = compiler.PASSES
-        compiler.PASSES = timed_passes(times)
+        attribute = pass_list(memory)
+        original = getattr(compiler, attribute)
+        setattr(compiler, attribute, timed_passes(times, original))
         try:
             t0 = time.process_time()
-            compiled = rtgraph.compile(program, device="ascend-910b", streams="by-unit")
+            compiled = rtgraph.compile(
+                program, device="ascend-910b", streams="by-unit", memory=memory
+            )
             times["compile"] = time.process_time() - t0
         finally:
-            compiler.PASSES = original
+            setattr(compiler, attribute, original)
         t0 = time.process_time()
         rtgraph.run(compiled, device="ascend-910b", numerics=False)
         times["emulate"] = time.process_time() - t0
@@ -97,14 +107,16 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,10000,100000")
     parser.add_argument("--repeat", type=int, default=1, help="best of N runs per size")
+    parser.add_argument("--memory", default="stream-ordered")
     args = parser.parse_args()
+    names = list(dict.fromkeys(name for name, _ in getattr(compiler, pass_list(args.memory))))
     sizes = [int(s) for s in args.sizes.split(",")]
 
     print("# Compile and timing-only emulation scaling")
     print(f"machine: {machine_note()}")
-    print("times: process CPU seconds, best of", args.repeat, "run(s)\n")
-    results = {n: measure(n, args.repeat) for n in sizes}
-    stages = ["front end", *(name for name, _ in compiler.PASSES), "compile"]
+    print(f"memory plan {args.memory}; times: process CPU seconds, best of {args.repeat} run(s)\n")
+    results = {n: measure(n, args.repeat, args.memory) for n in sizes}
+    stages = ["front end", *names, "compile"]
     header = f"| {'stage (µs per task)':<22} |" + "".join(
         f" {int(results[n]['tasks']):>10,} |" for n in sizes
     )
@@ -127,7 +139,7 @@ def main() -> None:
             f"(×{ratio:.1f}): compile ×{grow:.1f}, emulation ×{emu:.1f}"
         )
         worst = max(
-            (name for name, _ in compiler.PASSES),
+            names,
             key=lambda name: results[hi][name] / max(results[lo][name], 1e-9),
         )
         factor = results[hi][worst] / max(results[lo][worst], 1e-9)

@@ -78,7 +78,7 @@ def compile(
     *,
     device: str | DeviceSpec | None = None,
     streams: str | StreamPolicy = "auto",
-    memory: str = "greedy",
+    memory: str = "stream-ordered",
     alloc: str = "static",
     check: bool = False,
 ) -> StreamProgram:

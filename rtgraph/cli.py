@@ -75,7 +75,7 @@ def _add_compile_args(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument(
         "--memory",
-        default="greedy",
+        default="stream-ordered",
         choices=("none", "greedy", "stream-ordered"),
         help="memory plan: none (a region per tensor), greedy (reuse by liveness in program "
         "order) or stream-ordered (reuse only where the streams already order the tensors: "

@@ -65,7 +65,7 @@ ALLOC_MODES = ("static", "direct", "pool", "pytorch", "buddy", "mixed")
 @dataclass(frozen=True)
 class Options:
     streams: str | StreamPolicy = "auto"
-    memory: str = "greedy"
+    memory: str = "stream-ordered"
     check: bool = False
 
 
@@ -79,7 +79,7 @@ def compile_program(
     device: DeviceSpec,
     *,
     streams: str | StreamPolicy = "auto",
-    memory: str = "greedy",
+    memory: str = "stream-ordered",
     alloc: str = "static",
     check: bool = False,
 ) -> StreamProgram:

@@ -230,3 +230,12 @@ def test_module_entry_point_prints_markdown_or_json(capsys, tmp_path):
     assert json.loads(capsys.readouterr().out)["models"] == ["mlp"]
     assert main([str(tmp_path / "nope.rtg")]) == 2
     assert "no such file" in capsys.readouterr().err
+
+
+def test_readme_headline_is_what_bench_prints():
+    """The README quotes `rtgraph bench models/`; regenerate the table when this fails."""
+    from conftest import ROOT
+
+    report = bench([MODELS], progress=False)
+    table = report.headline().split("\n\n")[0]
+    assert table in (ROOT / "README.md").read_text(), report.headline()
