@@ -61,56 +61,68 @@ def lifetimes(graph: TaskGraph) -> dict[str, tuple[int, int]]:
 
 def ordered_lifetimes(graph: TaskGraph) -> dict[str, tuple[int, int]]:
     """Per storage: its first position in submission order, and the position from which every
-    task, on every stream, happens after all its accesses (``[first, end)``, end exclusive).
+    task that could take over its bytes happens after all its accesses (``[first, end)``, end
+    exclusive).
 
-    Happens-before is stream order plus the DAG's edges, tracked as vector clocks: ``clock[t][s]``
-    counts the tasks of stream ``s`` ordered before or at ``t``. Along one stream each clock
-    column only grows, so a stream's first task that follows every access is a binary search
-    per stream pair, and ``end`` is just past the latest task, over all streams, that does not.
+    The tasks that could take over a pool region are those that write a pooled tensor (its
+    producer, any task writing part of it, the copy that brings an input in) or touch one
+    first; every read of a tensor is ordered after the writes it reads. Happens-before is stream order plus the DAG's edges, tracked as vector
+    clocks: ``clock[t][s]`` counts the tasks of stream ``s`` ordered before or at ``t``. Along
+    one stream each clock column only grows, so a stream's first such task that follows every
+    access is a binary search per stream pair, and ``end`` is just past the latest one, over
+    all streams, that does not.
     """
     if graph.order is None or graph.stream_of is None:
         return {name: (a, b + 1) for name, (a, b) in lifetimes(graph).items()}
     order, stream_of = graph.order, graph.stream_of
+    pooled = {name for name, st in graph.storages.items() if st.kind in ("input", "value")}
     lane = {s: k for k, s in enumerate(sorted(set(stream_of.values())))}
     n_lanes = len(lane)
     clock: dict[int, list[int]] = {}
-    lane_tasks: list[list[int]] = [[] for _ in range(n_lanes)]
-    lane_positions: list[list[int]] = [[] for _ in range(n_lanes)]
+    lane_last: list[int | None] = [None] * n_lanes
+    starters: list[list[list[int]]] = [[] for _ in range(n_lanes)]  # clocks of life-beginners
+    starter_positions: list[list[int]] = [[] for _ in range(n_lanes)]
     first: dict[str, int] = {}
+    final: dict[str, int] = {}  # storage → position of its last access
     last: dict[str, dict[int, int]] = {}  # storage → lane → clock count of its last access there
     preds = graph.dag.pred
     for position, t in enumerate(order):
         s = lane[stream_of[t]]
-        mine = lane_tasks[s]
-        c = list(clock[mine[-1]]) if mine else [0] * n_lanes
+        previous = lane_last[s]
+        c = list(clock[previous]) if previous is not None else [0] * n_lanes
         for p in preds[t]:
             cp = clock[p]
             for k in range(n_lanes):
                 if cp[k] > c[k]:
                     c[k] = cp[k]
-        c[s] = len(mine) + 1
+        c[s] += 1
         clock[t] = c
-        mine.append(t)
-        lane_positions[s].append(position)
+        lane_last[s] = t
         task = graph.tasks[t]
+        begins = any(name in pooled for name in task.writes)
         for name in (*task.reads, *task.writes):
-            first.setdefault(name, position)
+            if name not in first:
+                first[name] = position
+                begins = begins or name in pooled
             last.setdefault(name, {})[s] = c[s]
-    columns = [
-        np.array([clock[t] for t in tasks], dtype=np.int64).reshape(len(tasks), n_lanes)
-        for tasks in lane_tasks
-    ]
+            final[name] = position
+        if begins:
+            starters[s].append(c)
+            starter_positions[s].append(position)
+    columns = [np.array(rows, dtype=np.int64).reshape(len(rows), n_lanes) for rows in starters]
     span: dict[str, tuple[int, int]] = {}
     for name, accesses in last.items():
-        end = first[name] + 1
+        end = final[name] + 1
         for s in range(n_lanes):
             col = columns[s]
+            if not len(col):
+                continue
             k = 0
             for a, count in accesses.items():
                 need = count + 1 if a == s else count
                 k = max(k, int(np.searchsorted(col[:, a], need, side="left")))
-            if k:  # the stream's k-th task is its first one ordered after every access
-                end = max(end, lane_positions[s][k - 1] + 1)
+            if k:  # the stream's k-th such task is its first one ordered after every access
+                end = max(end, starter_positions[s][k - 1] + 1)
         span[name] = (first[name], end)
     return span
 
