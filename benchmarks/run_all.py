@@ -4,7 +4,7 @@ Each script runs as its own subprocess (``python benchmarks/NAME.py ARGS``, one 
 in the order of :data:`SCRIPTS`; its standard output goes into the README under its name with
 the exact command, the wall time it took and its exit status. A script that fails is recorded
 as failed (with the end of its error output) and the others still run. The headline table
-(``python -m rtgraph.bench models/``, the engine of ``rtgraph bench``) comes first.
+(``python -m rtgraph.bench models/``, the same as ``rtgraph bench models/``) comes first.
 
 Usage: python benchmarks/run_all.py [--quick] [--only NAME,NAME] [--output PATH]
 """
@@ -41,7 +41,7 @@ SCRIPTS: tuple[tuple[str, list[str], list[str], str], ...] = (
         "memory_quality",
         ["benchmarks/memory_quality.py"],
         ["benchmarks/memory_quality.py"],
-        "greedy plan ÷ max-live lower bound per model",
+        "greedy plan ÷ max-live lower bound per model; the stream-ordered plan beside it",
     ),
     (
         "compile_scaling",
