@@ -458,7 +458,7 @@ def bench(
                 result = api.run(compiled, device=spec, numerics=False)
                 base = result.makespan_us if base is None else base
                 report.policies.append(_policy_row(name, policy, memory, compiled, result, base))
-            bar.step(f"{name}: memory plan")
+        bar.step(f"{name}: memory plans")
         report.memory.append(_memory_row(name, program, spec))
         report.allocation.append(_alloc_row(name, "static", program, spec))
         for mode in allocs:

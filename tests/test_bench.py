@@ -173,6 +173,9 @@ def test_progress_bar_draws_in_place_on_a_terminal_and_lines_elsewhere():
     plain = io.StringIO()
     bench(mlp, params=small, stream=plain, allocs=())
     assert plain.getvalue().splitlines() == ["bench: [0/10] mlp", "bench: [10/10] done"]
+    steps = [line for line in terminal.getvalue().split("\r") if line.startswith("[")]
+    counts = [int(line.split("] ")[1].split("/")[0]) for line in steps]
+    assert counts == list(range(1, 11))  # one step per run, never past the total
     silent = FakeTerminal()
     bench(mlp, params=small, stream=silent, allocs=(), progress=False)
     assert silent.getvalue() == ""
