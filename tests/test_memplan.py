@@ -119,6 +119,35 @@ def test_every_method_gives_a_sound_placement(records, alignment):
             assert p.height <= base.height
 
 
+@settings(max_examples=60)
+@given(records=records_strategy, alignment=st.sampled_from([1, 4, 16]))
+def test_dense_problems_are_placed_soundly_without_pair_lists(records, alignment):
+    import rtgraph.memplan.planner as planner
+
+    saved, planner.MAX_PAIRS = planner.MAX_PAIRS, 0
+    try:
+        p = plan(records, alignment=alignment)
+    finally:
+        planner.MAX_PAIRS = saved
+    pairs = build_problem(records, alignment).n_conflicts
+    assert p.method == ("sweep/size-class" if pairs else p.method)
+    assert overlapping_pairs(records, p, alignment) == []
+    assert check_placement(records, p, alignment=alignment) == []
+    assert p.lower_bound == max_live(records, alignment) <= p.height
+
+
+def test_a_dense_problem_of_a_hundred_thousand_records_needs_no_pair_list():
+    # Everything lives to the end: 5·10⁹ pairs. The sweep places it in one pass, reusing the
+    # early-dying tensors' blocks, and never builds the pairs.
+    n = 100_000
+    records = [Record(f"t{k}", k, n + 1, 4096) for k in range(n)]
+    records += [Record(f"s{k}", n + 1 + k, n + 2 + k, 4096) for k in range(10)]
+    p = plan(records, method="fast")
+    assert p.method == "sweep/size-class"
+    assert p.height == p.lower_bound == n * 4096
+    assert len({p.offsets[f"s{k}"] for k in range(10)}) == 1  # one block, reused
+
+
 @settings(max_examples=40)
 @given(records=records_strategy.filter(lambda rs: len(rs) <= 6))
 def test_best_is_optimal_on_small_problems(records):

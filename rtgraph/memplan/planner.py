@@ -22,6 +22,10 @@ Methods (all deterministic: same records, same offsets):
     never after a number of seconds; each placement costs ``O(k log k + S log S)`` for the
     ``k`` records and ``S`` sections of the piece being solved (about 0.1 ms on the
     MiniMalloc instances, so the default budget is a few seconds).
+
+A *dense* problem — more than :data:`MAX_PAIRS` overlapping pairs, as when most tensors
+live to the end of the program — is placed by a linear scan that reuses freed blocks of the
+same size, whatever the method: ``O(n log n)`` where a pair list would not fit in memory.
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ from .greedy import (
     height_of,
     preorder_ranks,
     skyline_offsets,
+    sweep_offsets,
 )
 from .problem import Problem, build_problem
 from .records import Record
@@ -50,6 +55,10 @@ METHODS = ("best", "fast", "greedy_by_size")
 #: 50–150 µs a placement this bounds the search at a few seconds; problems the heuristics
 #: already solve to the lower bound never search at all.
 DEFAULT_BUDGET = 30_000
+
+#: Conflicting pairs above which a problem counts as dense: the pair lists are not built and
+#: the linear-scan :func:`~rtgraph.memplan.greedy.sweep_offsets` places it instead.
+MAX_PAIRS = 4_000_000
 
 
 @dataclass(frozen=True)
@@ -105,7 +114,9 @@ def plan(
             hint=hint or f"choose one of: {', '.join(METHODS)}",
         )
     nodes = _check_budget(budget)
-    problem = build_problem(records, alignment)
+    problem = build_problem(records, alignment, max_pairs=MAX_PAIRS)
+    if problem.dense:
+        return _placement(problem, sweep_offsets(problem), "sweep/size-class")
     if method == "greedy_by_size":
         offsets, name = greedy_by_size_offsets(problem), "greedy_by_size"
     else:

@@ -30,7 +30,7 @@ class Problem:
     Arrays are indexed by record position ``0..n-1``. ``section_lo``/``section_hi`` give each
     active record's half-open range of section indices; ``section_total`` the sum of aligned
     live sizes per section; ``conflict_ptr``/``conflict_idx`` the CSR conflict lists (each
-    list sorted by record index).
+    list sorted by record index) — empty when ``dense``: too many pairs were asked for.
     """
 
     records: tuple[Record, ...]
@@ -44,6 +44,7 @@ class Problem:
     section_total: np.ndarray
     conflict_ptr: np.ndarray
     conflict_idx: np.ndarray
+    dense: bool = False
 
     @property
     def n(self) -> int:
@@ -74,8 +75,14 @@ class Problem:
         return len(self.conflict_idx) // 2
 
 
-def build_problem(records: Sequence[Record], alignment: int = 1) -> Problem:
+def build_problem(
+    records: Sequence[Record], alignment: int = 1, *, max_pairs: int | None = None
+) -> Problem:
     """Validate ``records`` and derive the arrays every planner uses.
+
+    With ``max_pairs``, conflict lists longer than that many pairs are not built (the problem
+    says so in :attr:`Problem.dense`): when most lifetimes overlap, the pairs grow with the
+    square of the records, and only a planner that needs no pair list can afford them.
 
     Raises :class:`~rtgraph.errors.InputError` for a non-positive alignment, a repeated id,
     a non-integer or negative field, or a lifetime that ends before it starts.
@@ -102,7 +109,9 @@ def build_problem(records: Sequence[Record], alignment: int = 1) -> Problem:
     np.add.at(delta, section_hi[act], -size[act])
     section_total = np.cumsum(delta)[:n_sections]
 
-    conflict_ptr, conflict_idx = _conflict_lists(n, act, lower, upper)
+    lists = _conflict_lists(n, act, lower, upper, max_pairs)
+    dense = lists is None
+    conflict_ptr, conflict_idx = lists if lists is not None else _no_conflicts(n)
     return Problem(
         records=records,
         alignment=alignment,
@@ -115,12 +124,17 @@ def build_problem(records: Sequence[Record], alignment: int = 1) -> Problem:
         section_total=section_total,
         conflict_ptr=conflict_ptr,
         conflict_idx=conflict_idx,
+        dense=dense,
     )
 
 
+def _no_conflicts(n: int) -> tuple[np.ndarray, np.ndarray]:
+    return np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+
+
 def _conflict_lists(
-    n: int, act: np.ndarray, lower: np.ndarray, upper: np.ndarray
-) -> tuple[np.ndarray, np.ndarray]:
+    n: int, act: np.ndarray, lower: np.ndarray, upper: np.ndarray, max_pairs: int | None = None
+) -> tuple[np.ndarray, np.ndarray] | None:
     """CSR conflict lists of the active records, by one sort on start time.
 
     With active records sorted by ``lower``, record ``i`` (at sorted position ``p``) conflicts
@@ -133,8 +147,10 @@ def _conflict_lists(
     first = np.arange(1, len(order) + 1)
     counts = np.maximum(ends - first, 0)
     total = int(counts.sum())
+    if max_pairs is not None and total > max_pairs:
+        return None
     if total == 0:
-        return np.zeros(n + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return _no_conflicts(n)
     owner = np.repeat(np.arange(len(order)), counts)
     run_start = np.cumsum(counts) - counts
     partner = first[owner] + (np.arange(total) - run_start[owner])

@@ -66,11 +66,11 @@ def ordered_lifetimes(graph: TaskGraph) -> dict[str, tuple[int, int]]:
 
     The tasks that could take over a pool region are those that write a pooled tensor (its
     producer, any task writing part of it, the copy that brings an input in) or touch one
-    first; every read of a tensor is ordered after the writes it reads. Happens-before is stream order plus the DAG's edges, tracked as vector
-    clocks: ``clock[t][s]`` counts the tasks of stream ``s`` ordered before or at ``t``. Along
-    one stream each clock column only grows, so a stream's first such task that follows every
-    access is a binary search per stream pair, and ``end`` is just past the latest one, over
-    all streams, that does not.
+    first; every read of a tensor is ordered after the writes it reads. Happens-before is stream
+    order plus the DAG's edges, tracked as vector clocks: ``clock[t][s]`` counts the tasks of
+    stream ``s`` ordered before or at ``t``. Along one stream each clock column only grows, so
+    a stream's first such task that follows every access is a binary search per stream pair,
+    and ``end`` is just past the latest one, over all streams, that does not.
     """
     if graph.order is None or graph.stream_of is None:
         return {name: (a, b + 1) for name, (a, b) in lifetimes(graph).items()}
