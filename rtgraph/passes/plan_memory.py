@@ -19,12 +19,17 @@ access to it is ordered — by its stream or by a dependency the barrier pass tu
 — before every task that could still start on any stream. This is the reuse a stream-ordered
 pool (``cudaMallocAsync``, ``aclrtMemPool``) makes without inserting waits of its own: it never
 adds a dependency, so it never costs parallelism, and on one stream it is exactly ``greedy``.
-It needs the streams and the submission order, so it runs after stream assignment.
+Where streams seldom meet, waiting for every stream is too strict: the plan then keeps a pool
+per stream for the tensors only that stream writes, whose bytes wait only for that stream's
+later tasks (the per-stream pools of a stream-ordered allocator), and takes whichever layout
+is smaller. It needs the streams and the submission order, so it runs after stream
+assignment.
 """
 
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -59,7 +64,16 @@ def lifetimes(graph: TaskGraph) -> dict[str, tuple[int, int]]:
     return span
 
 
-def ordered_lifetimes(graph: TaskGraph) -> dict[str, tuple[int, int]]:
+class Life(NamedTuple):
+    """A storage's lifetime under happens-before (see :func:`ordered_lifetimes`)."""
+
+    first: int
+    end: int  # every stream's later takers are ordered after its accesses
+    home: int | None  # the stream writing it, when only one does
+    home_end: int  # the same, counting only the takers on its home stream
+
+
+def ordered_lifetimes(graph: TaskGraph) -> dict[str, Life]:
     """Per storage: its first position in submission order, and the position from which every
     task that could take over its bytes happens after all its accesses (``[first, end)``, end
     exclusive).
@@ -70,10 +84,12 @@ def ordered_lifetimes(graph: TaskGraph) -> dict[str, tuple[int, int]]:
     order plus the DAG's edges, tracked as vector clocks: ``clock[t][s]`` counts the tasks of
     stream ``s`` ordered before or at ``t``. Along one stream each clock column only grows, so
     a stream's first such task that follows every access is a binary search per stream pair,
-    and ``end`` is just past the latest one, over all streams, that does not.
+    and ``end`` is just past the latest one, over all streams, that does not. ``home_end``
+    counts only the stream that writes the storage (when one stream does): the end of its
+    life in a pool of that stream's own, as a stream-ordered allocator keeps per stream.
     """
     if graph.order is None or graph.stream_of is None:
-        return {name: (a, b + 1) for name, (a, b) in lifetimes(graph).items()}
+        return {name: Life(a, b + 1, 0, b + 1) for name, (a, b) in lifetimes(graph).items()}
     order, stream_of = graph.order, graph.stream_of
     pooled = {name for name, st in graph.storages.items() if st.kind in ("input", "value")}
     lane = {s: k for k, s in enumerate(sorted(set(stream_of.values())))}
@@ -84,6 +100,8 @@ def ordered_lifetimes(graph: TaskGraph) -> dict[str, tuple[int, int]]:
     starter_positions: list[list[int]] = [[] for _ in range(n_lanes)]
     first: dict[str, int] = {}
     final: dict[str, int] = {}  # storage → position of its last access
+    writers: dict[str, set[int]] = {}  # storage → the lanes that write it
+    first_lane: dict[str, int] = {}
     last: dict[str, dict[int, int]] = {}  # storage → lane → clock count of its last access there
     preds = graph.dag.pred
     for position, t in enumerate(order):
@@ -100,9 +118,12 @@ def ordered_lifetimes(graph: TaskGraph) -> dict[str, tuple[int, int]]:
         lane_last[s] = t
         task = graph.tasks[t]
         begins = any(name in pooled for name in task.writes)
+        for name in task.writes:
+            writers.setdefault(name, set()).add(s)
         for name in (*task.reads, *task.writes):
             if name not in first:
                 first[name] = position
+                first_lane[name] = s
                 begins = begins or name in pooled
             last.setdefault(name, {})[s] = c[s]
             final[name] = position
@@ -110,21 +131,60 @@ def ordered_lifetimes(graph: TaskGraph) -> dict[str, tuple[int, int]]:
             starters[s].append(c)
             starter_positions[s].append(position)
     columns = [np.array(rows, dtype=np.int64).reshape(len(rows), n_lanes) for rows in starters]
-    span: dict[str, tuple[int, int]] = {}
+
+    def end_on(s: int, accesses: dict[int, int]) -> int:
+        """Just past lane ``s``'s last taker not ordered after ``accesses`` (0 if none)."""
+        col = columns[s]
+        if not len(col):
+            return 0
+        k = 0
+        for a, count in accesses.items():
+            need = count + 1 if a == s else count
+            k = max(k, int(np.searchsorted(col[:, a], need, side="left")))
+        return starter_positions[s][k - 1] + 1 if k else 0
+
+    lives: dict[str, Life] = {}
     for name, accesses in last.items():
-        end = final[name] + 1
-        for s in range(n_lanes):
-            col = columns[s]
-            if not len(col):
-                continue
-            k = 0
-            for a, count in accesses.items():
-                need = count + 1 if a == s else count
-                k = max(k, int(np.searchsorted(col[:, a], need, side="left")))
-            if k:  # the stream's k-th such task is its first one ordered after every access
-                end = max(end, starter_positions[s][k - 1] + 1)
-        span[name] = (first[name], end)
-    return span
+        ends = [end_on(s, accesses) for s in range(n_lanes)]
+        floor = final[name] + 1
+        home = first_lane[name] if writers.get(name) == {first_lane[name]} else None
+        home_end = max(floor, ends[home]) if home is not None else max(floor, *ends)
+        lives[name] = Life(first[name], max(floor, *ends), home, home_end)
+    return lives
+
+
+def _pack(records: list[Record], alignment: int) -> tuple[dict[str, int], int, int]:
+    """Offsets, height and max-live bound of one pool."""
+    if not records:
+        return {}, 0, 0
+    # The search is cheap when a greedy already meets the max-live bound (the usual case for
+    # models); a small budget bounds it when not, and large programs take the greedy.
+    method = "best" if len(records) <= SEARCH_LIMIT else "fast"
+    placement = plan(records, alignment=alignment, method=method, budget=SEARCH_BUDGET)
+    return placement.offsets, placement.height, placement.lower_bound
+
+
+def _per_stream_records(records: list[Record], lives: dict[str, Life]) -> dict[int, list[Record]]:
+    """The records grouped by home stream (-1: written by several), each with its home life."""
+    groups: dict[int, list[Record]] = {}
+    for r in records:
+        life = lives.get(r.id)
+        home = -1 if life is None or life.home is None else life.home
+        upper = r.upper if life is None else life.home_end
+        groups.setdefault(home, []).append(Record(r.id, r.lower, upper, r.size))
+    return dict(sorted(groups.items()))
+
+
+def _stack(groups: dict[int, list[Record]], alignment: int) -> tuple[dict[str, int], int, int]:
+    """Each group packed in a pool of its own, the pools one above the other."""
+    offsets: dict[str, int] = {}
+    base = bound = 0
+    for group in groups.values():
+        inner, height, lower = _pack(group, alignment)
+        offsets.update({name: base + off for name, off in inner.items()})
+        base += align_up(height, alignment)
+        bound += lower
+    return offsets, base, bound
 
 
 def plan_memory(graph: TaskGraph, *, policy: str = "greedy") -> TaskGraph:
@@ -134,8 +194,9 @@ def plan_memory(graph: TaskGraph, *, policy: str = "greedy") -> TaskGraph:
             f"unknown memory policy '{policy}'", hint=f"choose one of: {', '.join(POLICIES)}"
         )
     alignment = graph.device.memory.alignment
-    if policy == "stream-ordered":
-        live = ordered_lifetimes(graph)
+    lives = ordered_lifetimes(graph) if policy == "stream-ordered" else None
+    if lives is not None:
+        live = {name: (life.first, life.end) for name, life in lives.items()}
     else:
         live = {name: (a, b + 1) for name, (a, b) in lifetimes(graph).items()}
     regions: dict[str, Region] = {}
@@ -173,11 +234,15 @@ def plan_memory(graph: TaskGraph, *, policy: str = "greedy") -> TaskGraph:
         placement = plan(records, alignment=alignment, method="fast") if records else None
         lower_bound = placement.lower_bound if placement else 0
     else:
-        # The search is cheap when a greedy already meets the max-live bound (the usual case
-        # for models); a small budget bounds it when not, and large programs take the greedy.
-        method = "best" if len(records) <= SEARCH_LIMIT else "fast"
-        placement = plan(records, alignment=alignment, method=method, budget=SEARCH_BUDGET)
-        offsets, height, lower_bound = placement.offsets, placement.height, placement.lower_bound
+        offsets, height, lower_bound = _pack(records, alignment)
+        if lives is not None:
+            # One pool per stream, as a stream-ordered allocator keeps them, when that is
+            # smaller: a tensor's bytes wait only for its own stream's later takers.
+            split = _per_stream_records(records, lives)
+            per_stream = _stack(split, alignment)
+            if per_stream[1] < height:
+                offsets, height, lower_bound = per_stream
+                records = [r for group in split.values() for r in group]
     for r in records:
         kind = graph.storages[r.id].kind
         regions[r.id] = Region(r.id, pool_base + offsets[r.id], r.size, kind, r.lower, r.upper - 1)
