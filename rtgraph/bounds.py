@@ -11,6 +11,8 @@ adds), with every task at its cost-model duration alone on an idle device
   submission can reach the device (one ioctl carrying one task);
 * ``units`` — per unit type, the earliest any of its tasks can start + its work ÷ cores + the
   least work that must follow one of its tasks (head + body + tail, a one-machine relaxation);
+  and the same with the plain sum of durations over the tasks wider than half the unit, which
+  can never run two at a time (a disjunctive clique);
 * ``hbm`` — the same for the one shared HBM: every Cube/Vector byte crosses it;
 * ``host`` — the host submits every task, at most ``batch_size`` per ioctl, and the last one
   submitted still has to run.
@@ -81,12 +83,18 @@ def makespan_lower_bound(program: Program, device: DeviceSpec) -> Bound:
             tail[p] = max(tail[p], duration[i] + tail[i])
     critical = max((head[i] + duration[i] + tail[i] for i in range(n)), default=0.0)
 
+    def span(ids: list[int], work: float) -> float:
+        return min(head[i] for i in ids) + work + min(tail[i] for i in ids)
+
     units: dict[str, float] = {}
     for unit in sorted(set(costs.unit)):
         ids = [i for i in range(n) if costs.unit[i] == unit]
         cores = device.unit(unit).cores
-        work = sum(duration[i] * costs.cores[i] for i in ids) / cores
-        units[unit] = min(head[i] for i in ids) + work + min(tail[i] for i in ids)
+        units[unit] = span(ids, sum(duration[i] * costs.cores[i] for i in ids) / cores)
+        # Tasks wider than half the unit cannot run two at a time: they run one after another.
+        wide = [i for i in ids if 2 * costs.cores[i] > cores]
+        if wide:
+            units[unit] = max(units[unit], span(wide, sum(duration[i] for i in wide)))
     moving = [i for i in range(n) if costs.bytes[i]]
     hbm = 0.0
     if moving:

@@ -57,3 +57,22 @@ def test_a_serial_chain_is_bound_by_its_length_and_one_stream_meets_it():
     single = run(compile_program(program, NPU, streams="single"), NPU, numerics=False)
     # Only the first ioctl differs: it carries all three tasks, the bound assumes one.
     assert single.makespan_us == pytest.approx(bound.value + 2 * NPU.host.submit_us)
+
+
+def test_tasks_wider_than_half_a_unit_are_bound_as_serial():
+    # Two independent vector kernels of 30 of the 48 cores: work ÷ cores would let them share
+    # the unit, but 30 + 30 > 48, so they can only run one after the other.
+    program = rtgraph.parse(
+        """program wide() {
+            a = kernel(unit = vector, us = 20, block_dim = 30)
+            b = kernel(unit = vector, us = 20, block_dim = 30)
+        }"""
+    )
+    bound = makespan_lower_bound(program, NPU)
+    each = NPU.unit("vector").launch_us + 20
+    first = NPU.host.ioctl_us + NPU.host.submit_us
+    assert bound.units["vector"] == pytest.approx(first + 2 * each)
+    assert bound.classic < 2 * each  # the textbook bound lets them overlap
+    for policy in ("single", "by-unit:2", "list"):
+        compiled = compile_program(program, NPU, streams=policy)
+        assert run(compiled, NPU, numerics=False).makespan_us >= bound.value
