@@ -88,6 +88,27 @@ def _add_compile_args(p: argparse.ArgumentParser) -> None:
         help="static: the memory plan; otherwise allocate at run time from this allocator "
         "(mixed: params direct, activations pooled)",
     )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        metavar="N",
+        help="host submission batch size (default: the device spec's host.batch_size)",
+    )
+
+
+def _spec(args: argparse.Namespace, program):
+    """The device spec the command runs on: --device (else the program's), with overrides."""
+    from dataclasses import replace
+
+    from . import api
+
+    spec = api.device(args.device or program.device)
+    batch = getattr(args, "batch_size", None)
+    if batch is not None:
+        if batch < 1:
+            raise UsageError(f"--batch-size {batch}: must be at least 1")
+        spec = replace(spec, host=replace(spec.host, batch_size=batch))
+    return spec
 
 
 def _load(args: argparse.Namespace):
@@ -100,8 +121,9 @@ def _compile(args: argparse.Namespace, program=None):
     from . import api
 
     program = program if program is not None else _load(args)
+    spec = _spec(args, program)
     return api.compile(
-        program, device=args.device, streams=args.streams, memory=args.memory, alloc=args.alloc
+        program, device=spec, streams=args.streams, memory=args.memory, alloc=args.alloc
     ), program
 
 
@@ -204,7 +226,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     from .interpreter import load_npz
 
     program = _load(args)
-    spec = api.device(args.device or program.device)
+    spec = _spec(args, program)
     compiled, _ = _compile(args, program)
     inputs = load_npz(args.inputs) if args.inputs else None
     params = load_npz(args.params) if args.params else None
@@ -297,7 +319,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
     from .reports.advisor import advise, format_advice
 
     program = _load(args)
-    spec = api.device(args.device or program.device)
+    spec = _spec(args, program)
     compiled, _ = _compile(args, program)
     result = api.run(compiled, device=spec, numerics=False)
     print(format_advice(advise(result, compiled, spec)))
@@ -305,11 +327,10 @@ def cmd_advise(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from . import api
     from .reports.profiler import profile, write_csvs
 
     program = _load(args)
-    spec = api.device(args.device or program.device)
+    spec = _spec(args, program)
     compiled, _ = _compile(args, program)
     report = profile(
         compiled, spec, mode=args.mode, iterations=args.iterations, schedule=args.schedule
@@ -327,7 +348,7 @@ def cmd_viz(args: argparse.Namespace) -> int:
     from .reports.timeline import save_figure
 
     program = _load(args)
-    spec = api.device(args.device or program.device)
+    spec = _spec(args, program)
     policies = [p for p in (args.compare or "").split(",") if p]
     if policies:
         compiled = {

@@ -133,3 +133,14 @@ def test_python_dash_m_entry_point():
     )
     assert done.returncode == 0, done.stderr
     assert "ok" in done.stdout
+
+
+def test_batch_size_overrides_the_device_spec_for_compile_and_run(capsys):
+    mlp = str(MODELS / "mlp.rtg")
+    ioctls = {}
+    for batch in (1, 16):
+        assert main(["run", mlp, "--timing-only", "--json", "--batch-size", str(batch)]) == 0
+        ioctls[batch] = json.loads(capsys.readouterr().out)["host"]["ioctls"]
+    assert ioctls[1] > ioctls[16]
+    assert main(["run", mlp, "--batch-size", "0"]) == 2
+    assert "--batch-size 0" in capsys.readouterr().err
