@@ -259,3 +259,22 @@ def test_covered_matches_a_unit_grid(union, queries):
     assert got.tolist() == pytest.approx(want)
     lo, hi = seg
     assert np.all(lo[1:] > hi[:-1])  # disjoint and sorted
+
+
+def test_waits_that_order_only_memory_reuse_get_the_memory_plan_advice():
+    import rtgraph
+    from conftest import MODELS
+
+    from rtgraph.reports.advisor import advise
+
+    device = rtgraph.device("ascend-910b")
+    program = rtgraph.load(MODELS / "transformer_block.rtg", S=256)
+    found = {}
+    for plan in ("greedy", "stream-ordered"):
+        compiled = rtgraph.compile(program, device=device, streams="by-unit", memory=plan)
+        result = rtgraph.run(compiled, device=device, numerics=False)
+        found[plan] = [a for a in advise(result, compiled, device) if a.kind == "memory-reuse"]
+    (advice,) = found["greedy"]
+    assert 0 < advice.evidence["reuse_waits"] <= advice.evidence["waits"]
+    assert "--memory stream-ordered" in advice.message
+    assert found["stream-ordered"] == []

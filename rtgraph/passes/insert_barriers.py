@@ -109,7 +109,8 @@ def insert_barriers(graph: TaskGraph) -> StreamProgram:
     records_after: dict[int, int] = {}  # task -> provisional compiler event
     host: list[tuple[str, object]] = []  # ("launch", task) or ("cmd", Command)
     stats = dict.fromkeys(
-        ("hazards", "implied", "waits", "records", "barriers", "left_to_program"), 0
+        ("hazards", "implied", "waits", "records", "barriers", "left_to_program", "reuse_waits"),
+        0,
     )
 
     def record_after(src: int) -> int:
@@ -171,9 +172,12 @@ def insert_barriers(graph: TaskGraph) -> StreamProgram:
         task = graph.tasks[t]
         host.extend(("cmd", a) for a in allocs_before.get(t, ()))
         needed: dict[int, int] = {}
+        true_dep: set[int] = set()  # sources with a hazard on the same tensor, not only reuse
         for h in preds.get(t, ()):
             stats["hazards"] += 1
             src = h.src
+            if not h.reuse:
+                true_dep.add(src)
             p = stream_of[src]
             if (
                 keep_sync
@@ -206,6 +210,7 @@ def insert_barriers(graph: TaskGraph) -> StreamProgram:
             ev = record_after(src)
             host.append(("wait", (q, ev)))
             stats["waits"] += 1
+            stats["reuse_waits"] += src not in true_dep  # ordered only because bytes are reused
             clocks.merge(q, task_clock[src])
             fenced(q)
         seq[t] = clocks.launch(q)

@@ -14,6 +14,9 @@
   device is idle: allocation on the critical path. Runs without such activities get nothing.
 * ``submission-overhead`` — the host spends about as long submitting as the device computes,
   and most tasks are shorter than one ioctl.
+* ``memory-reuse`` — a share of the event waits the compiler inserted order nothing but memory
+  reuse (a dead tensor's bytes handed to a tensor another stream writes): the plan ties
+  streams together that the program leaves free.
 
 ``format_advice(advice)`` renders the list as numbered text.
 """
@@ -46,6 +49,8 @@ ALLOC_EXPOSED_SHARE = 0.05
 #: Host submission time over device busy time, and the share of tasks shorter than an ioctl.
 SUBMIT_RATIO = 0.50
 SMALL_TASK_SHARE = 0.50
+#: Waits that order only memory reuse, as a share of all inserted waits.
+REUSE_WAIT_SHARE = 0.10
 
 
 @dataclass(frozen=True)
@@ -352,6 +357,23 @@ def submission_overhead(
     return [Advice("submission-overhead", message, evidence)]
 
 
+def memory_reuse(program: StreamProgram) -> list[Advice]:
+    """Inserted waits that exist only because the memory plan reuses bytes across streams."""
+    stats = program.meta.get("barriers", {})
+    waits, reuse = int(stats.get("waits", 0)), int(stats.get("reuse_waits", 0))
+    if not waits or reuse / waits < REUSE_WAIT_SHARE:
+        return []
+    plan = program.memory.policy
+    message = (
+        f"{reuse} of the {waits} event waits the compiler inserted order nothing but memory "
+        f"reuse: the '{plan}' plan hands a dead tensor's bytes to a tensor another stream "
+        "writes, which ties the two streams together. --memory stream-ordered reuses bytes "
+        "only where the streams are already ordered (no such waits), for more memory."
+    )
+    evidence = {"reuse_waits": reuse, "waits": waits, "memory_plan": plan}
+    return [Advice("memory-reuse", message, evidence)]
+
+
 def advise(result: RunResult, program: StreamProgram, device: DeviceSpec) -> list[Advice]:
     """Every rule's findings for one run, in rule order (see the module docstring)."""
     return [
@@ -360,6 +382,7 @@ def advise(result: RunResult, program: StreamProgram, device: DeviceSpec) -> lis
         *event_stalls(result, program),
         *alloc_latency(result, program),
         *submission_overhead(result, program, device),
+        *memory_reuse(program),
     ]
 
 
