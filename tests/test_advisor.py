@@ -262,9 +262,9 @@ def test_covered_matches_a_unit_grid(union, queries):
 
 
 def test_waits_that_order_only_memory_reuse_get_the_memory_plan_advice():
-    import rtgraph
     from conftest import MODELS
 
+    import rtgraph
     from rtgraph.reports.advisor import advise
 
     device = rtgraph.device("ascend-910b")
