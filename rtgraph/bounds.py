@@ -13,7 +13,9 @@ adds), with every task at its cost-model duration alone on an idle device
   least work that must follow one of its tasks (head + body + tail, a one-machine relaxation);
   and the same with the plain sum of durations over the tasks wider than half the unit, which
   can never run two at a time (a disjunctive clique);
-* ``hbm`` — the same for the one shared HBM: every Cube/Vector byte crosses it;
+* ``hbm`` — the same for the one shared HBM: every Cube/Vector byte crosses it; and for the
+  host link, per direction (``units["link h2d"]``, ``units["link d2h"]``): every host copy's
+  bytes cross it, whatever the DMA engines;
 * ``host`` — the host submits every task, at most ``batch_size`` per ioctl, and the last one
   submitted still has to run.
 
@@ -95,6 +97,12 @@ def makespan_lower_bound(program: Program, device: DeviceSpec) -> Bound:
         wide = [i for i in ids if 2 * costs.cores[i] > cores]
         if wide:
             units[unit] = max(units[unit], span(wide, sum(duration[i] for i in wide)))
+    links: dict[str, float] = {}
+    for kind in ("h2d", "d2h"):  # host copies share the link, a channel per direction
+        ids = [i for i in range(n) if costs.link[i] == kind]
+        if ids:
+            moved = sum(costs.link_bytes[i] for i in ids) * 1e6 / device.host.link_bandwidth
+            links[kind] = span(ids, moved)
     moving = [i for i in range(n) if costs.bytes[i]]
     hbm = 0.0
     if moving:
@@ -110,6 +118,7 @@ def makespan_lower_bound(program: Program, device: DeviceSpec) -> Bound:
         if n
         else 0.0
     )
+    units.update({f"link {kind}": value for kind, value in links.items()})
     jobs = [Job(duration[i], costs.unit[i], tuple(preds[i]), costs.cores[i]) for i in range(n)]
     capacity = {u: device.unit(u).cores for u in set(costs.unit)}
     classic = lower_bound(jobs, capacity) if jobs else 0.0

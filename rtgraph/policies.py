@@ -191,13 +191,15 @@ class ListScheduler:
         jobs = [
             Job(
                 duration=task_estimate_us(graph.tasks[t], graph),
-                unit=graph.tasks[t].unit,
+                unit=_resource(graph.tasks[t]),
                 preds=tuple(sorted(index[p] for p in graph.dag.predecessors(t))),
-                demand=graph.tasks[t].block_dim,
+                demand=1 if graph.tasks[t].op in LINK_COPIES else graph.tasks[t].block_dim,
             )
             for t in ids
         ]
+        # Host copies share the one host link (a channel per direction), whatever the engines.
         capacity = {u: graph.device.unit(u).cores for u in units_in_use(graph)}
+        capacity.update({kind: 1 for kind in LINK_COPIES if any(j.unit == kind for j in jobs)})
         method = self.method
         if method == "auto":
             method = "best" if len(jobs) <= 2000 else "fast"
@@ -216,11 +218,21 @@ class ListScheduler:
         )
 
 
+#: Copies that cross the host link; the list scheduler gives each direction one lane.
+LINK_COPIES = ("h2d", "d2h")
+
+
+def _resource(task: DagTask) -> str:
+    """What a task occupies in the list schedule: its unit, or the link for a host copy."""
+    return task.op if task.op in LINK_COPIES and task.unit == "dma" else task.unit
+
+
 def _lanes(jobs, schedule) -> tuple[tuple[StreamInfo, ...], list[int]]:
     """A stream per (unit, lane) of the schedule, numbered by unit then lane."""
     streams: list[StreamInfo] = []
     sid: dict[tuple[str, int], int] = {}
-    for k in sorted(range(len(jobs)), key=lambda k: (UNITS.index(jobs[k].unit), schedule.lane[k])):
+    rank = {**{u: k for k, u in enumerate(UNITS)}, "h2d": len(UNITS), "d2h": len(UNITS) + 1}
+    for k in sorted(range(len(jobs)), key=lambda k: (rank[jobs[k].unit], schedule.lane[k])):
         key = (jobs[k].unit, schedule.lane[k])
         if key not in sid:
             sid[key] = len(streams)

@@ -4,6 +4,8 @@ arithmetic it checks."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from emulator_programs import ProgramBuilder, toy
 
@@ -335,6 +337,26 @@ def test_task_starting_mid_transfer_slows_the_running_one():
     b.work(1, "vector", bytes_moved=1000)
     r = run(b.build(), toy(host=FREE_SUBMIT), numerics=False)
     assert spans(r) == [(0, 8), (0, 1), (1, 4)]
+
+
+def test_concurrent_host_copies_share_the_link_one_channel_per_direction():
+    # Two DMA engines, so two copies can run at once; the link (1 000 B/µs each way) is shared.
+    # x and y (2 000 B each, H2D): latency 1 µs after launch, then 500 B/µs each → [0, 6];
+    # alone each would be [0, 4]. A D2H of 2 000 B at the same time uses the other direction
+    # and is not slowed: [0, 4].
+    spec = toy(host=FREE_SUBMIT)
+    spec = dataclasses.replace(
+        spec, units={**spec.units, "dma": dataclasses.replace(spec.units["dma"], cores=3)}
+    )
+    b = ProgramBuilder(3)
+    x = b.tensor("x", (500,))
+    y = b.tensor("y", (500,))
+    z = b.tensor("z", (500,))
+    b.h2d(0, "x", x)
+    b.h2d(1, "y", y)
+    b.d2h(2, z, "out")
+    r = run(b.build(), spec, numerics=False)
+    assert spans(r) == [(0, 6), (0, 6), (0, 4)]
 
 
 def test_dma_copies_use_the_link_and_the_sdma_engine():

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..costmodel import compute_us, dma_us, unit_of
 from ..device import DeviceSpec
@@ -62,6 +62,13 @@ class TaskCosts:
     launch: list[float]
     body: list[float]
     bytes: list[float]
+    #: Host copies: the link direction ("h2d"/"d2h", "" for other tasks), the bytes that cross
+    #: it, the fastest rate (B/s) the copy can go (pinned: the link's; pageable: staging's) and
+    #: the link latency paid before the bytes start. ``body`` keeps the copy's time alone.
+    link: list[str] = field(default_factory=list)
+    link_bytes: list[float] = field(default_factory=list)
+    link_rate: list[float] = field(default_factory=list)
+    link_latency: list[float] = field(default_factory=list)
 
 
 def _nbytes(task: Task) -> int:
@@ -87,7 +94,10 @@ def task_costs(program: StreamProgram, spec: DeviceSpec, stretch: float = 1.0) -
     """Every task's unit, cores, launch, body and HBM bytes on ``spec``, validated."""
     pinned = {h.name: h.pinned for h in program.host_tensors}
     n = len(program.tasks)
-    costs = TaskCosts([""] * n, [1] * n, [0.0] * n, [0.0] * n, [0.0] * n)
+    costs = TaskCosts(
+        [""] * n, [1] * n, [0.0] * n, [0.0] * n, [0.0] * n, [""] * n, [0.0] * n, [0.0] * n,
+        [0.0] * n,
+    )
     for t in program.tasks:
         unit = unit_of(t.unit, spec)
         if not 1 <= t.block_dim <= unit.cores:
@@ -101,8 +111,16 @@ def task_costs(program: StreamProgram, spec: DeviceSpec, stretch: float = 1.0) -
             body, moved = float(t.duration_us), 0.0
         elif t.unit == "dma":
             kind = t.op if t.op in ("h2d", "d2h") else "d2d"
-            body = dma_us(_nbytes(t), kind, spec, pinned.get(t.host or "", True))
+            is_pinned = pinned.get(t.host or "", True)
+            body = dma_us(_nbytes(t), kind, spec, is_pinned)
             moved = 0.0
+            if kind != "d2d":
+                host = spec.host
+                costs.link[t.id] = kind
+                costs.link_bytes[t.id] = _nbytes(t) * stretch
+                rate = host.link_bandwidth if is_pinned else host.pageable_bandwidth
+                costs.link_rate[t.id] = rate
+                costs.link_latency[t.id] = host.link_latency_us * stretch
         else:
             flops = t.flops
             body = compute_us(t.unit, _compute_dtype(t), flops, t.block_dim, spec) if flops else 0.0
@@ -127,49 +145,35 @@ class _Transfer:
         self.version = 0
 
 
-class HbmTimer:
-    """Schedules each started task's completion, sharing HBM bandwidth among running tasks.
+class _Channel:
+    """A bandwidth shared max-min fairly by the transfers on it, each asking for at most its cap.
 
-    ``begin(task)`` is called when the hardware dispatches a task; ``on_finish(task)`` is called
-    (from the event loop) when it completes.
+    The smallest demands are met in full and the rest share what is left equally. Every time a
+    transfer joins or leaves, each one's remaining bytes are brought up to date and its
+    completion re-timed; completions a re-timing made stale carry an old version and are
+    ignored.
     """
 
     def __init__(
-        self, engine: Engine, spec: DeviceSpec, costs: TaskCosts, on_finish: Callable[[int], None]
+        self,
+        engine: Engine,
+        bandwidth: float,
+        cap: Callable[[int, _Transfer, float], float],
+        on_done: Callable[[int], None],
     ) -> None:
         self.engine = engine
-        self.costs = costs
-        self.on_finish = on_finish
-        self.bandwidth = spec.memory.bandwidth  # bytes per second, shared
+        self.bandwidth = bandwidth  # bytes per second
+        self.cap = cap
+        self.on_done = on_done
         self.active: dict[int, _Transfer] = {}  # insertion order: deterministic
-        self.compute_end: dict[int, float] = {}
         self.retimes = 0
 
-    def begin(self, task: int) -> None:
-        engine = self.engine
-        costs = self.costs
-        if costs.bytes[task] > 0.0:
-            engine.at(engine.now + costs.launch[task], STATE, self._body_start, task)
-        else:
-            engine.at(
-                engine.now + costs.launch[task] + costs.body[task], STATE, self.on_finish, task
-            )
-
-    def _body_start(self, task: int) -> None:
+    def join(self, task: int, nbytes: float) -> None:
         now = self.engine.now
-        self.compute_end[task] = now + self.costs.body[task]
-        self.active[task] = _Transfer(self.costs.bytes[task], now)
+        self.active[task] = _Transfer(nbytes, now)
         self._retime(now)
 
     def _retime(self, now: float) -> None:
-        """Bring every transfer up to ``now`` and reschedule it at its new max-min fair rate.
-
-        A compute-bound task streams its operands while it computes: it asks only for the rate
-        that moves its remaining bytes by the time its compute ends (a memory-bound one asks
-        for everything). HBM is split max-min fairly over those demands — the smallest
-        demands are met in full, the rest share what is left equally — so a matmul feeding
-        on a trickle of bytes does not halve the bandwidth of the softmax beside it.
-        """
         self.retimes += 1
         active = self.active
         if not active:
@@ -179,11 +183,9 @@ class HbmTimer:
             if tr.rate:
                 tr.remaining = max(0.0, tr.remaining - tr.rate * (now - tr.last) / 1e6)
             tr.last = now
-            left = self.compute_end[task] - now
-            cap = tr.remaining * 1e6 / left if left > 1e-9 else math.inf
-            demands.append((cap, k, task, tr))
+            demands.append((self.cap(task, tr, now), k, task, tr))
         demands.sort()
-        budget = self.bandwidth  # bytes per second
+        budget = self.bandwidth
         engine = self.engine
         for n, (cap, _, task, tr) in enumerate(demands):
             rate = min(cap, budget / (len(demands) - n))
@@ -199,8 +201,68 @@ class HbmTimer:
         if tr is None or tr.version != version:
             return  # re-timed since this event was scheduled
         del self.active[task]
+        self._retime(self.engine.now)
+        self.on_done(task)
+
+
+class HbmTimer:
+    """Schedules each started task's completion, sharing HBM and the host link among tasks.
+
+    ``begin(task)`` is called when the hardware dispatches a task; ``on_finish(task)`` is called
+    (from the event loop) when it completes. Cube/Vector bytes share HBM; a compute-bound task
+    streams its operands while it computes, so it asks only for the rate that moves its
+    remaining bytes by the time its compute ends (a memory-bound one asks for everything), and
+    a matmul feeding on a trickle of bytes does not halve the bandwidth of the softmax beside
+    it. Host copies share the link, one channel per direction (the link is full duplex): after
+    the link latency their bytes go at their share, at most the pinned or pageable rate.
+    """
+
+    def __init__(
+        self, engine: Engine, spec: DeviceSpec, costs: TaskCosts, on_finish: Callable[[int], None]
+    ) -> None:
+        self.engine = engine
+        self.costs = costs
+        self.on_finish = on_finish
+        self.compute_end: dict[int, float] = {}
+        self.hbm = _Channel(engine, spec.memory.bandwidth, self._hbm_cap, self._hbm_done)
+        link = spec.host.link_bandwidth
+        self.links = {
+            kind: _Channel(engine, link, self._link_cap, on_finish) for kind in ("h2d", "d2h")
+        }
+
+    @property
+    def retimes(self) -> int:
+        return self.hbm.retimes + sum(c.retimes for c in self.links.values())
+
+    def begin(self, task: int) -> None:
+        engine = self.engine
+        costs = self.costs
+        if costs.link and costs.link[task]:
+            delay = costs.launch[task] + costs.link_latency[task]
+            engine.at(engine.now + delay, STATE, self._link_start, task)
+        elif costs.bytes[task] > 0.0:
+            engine.at(engine.now + costs.launch[task], STATE, self._body_start, task)
+        else:
+            engine.at(
+                engine.now + costs.launch[task] + costs.body[task], STATE, self.on_finish, task
+            )
+
+    def _link_start(self, task: int) -> None:
+        self.links[self.costs.link[task]].join(task, self.costs.link_bytes[task])
+
+    def _link_cap(self, task: int, tr: _Transfer, now: float) -> float:
+        return self.costs.link_rate[task]
+
+    def _body_start(self, task: int) -> None:
+        self.compute_end[task] = self.engine.now + self.costs.body[task]
+        self.hbm.join(task, self.costs.bytes[task])
+
+    def _hbm_cap(self, task: int, tr: _Transfer, now: float) -> float:
+        left = self.compute_end[task] - now
+        return tr.remaining * 1e6 / left if left > 1e-9 else math.inf
+
+    def _hbm_done(self, task: int) -> None:
         now = self.engine.now
-        self._retime(now)
         end = self.compute_end.pop(task)
         if end > now:
             self.engine.at(end, STATE, self.on_finish, task)
