@@ -236,7 +236,8 @@ def _lanes(jobs, schedule) -> tuple[tuple[StreamInfo, ...], list[int]]:
         key = (jobs[k].unit, schedule.lane[k])
         if key not in sid:
             sid[key] = len(streams)
-            streams.append(StreamInfo(len(streams), f"{key[0]}.{key[1]}"))
+            name = f"dma.{key[0]}" if key[0] in LINK_COPIES else f"{key[0]}.{key[1]}"
+            streams.append(StreamInfo(len(streams), name))
     return tuple(streams), [sid[(j.unit, schedule.lane[k])] for k, j in enumerate(jobs)]
 
 

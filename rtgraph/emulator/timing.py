@@ -95,7 +95,14 @@ def task_costs(program: StreamProgram, spec: DeviceSpec, stretch: float = 1.0) -
     pinned = {h.name: h.pinned for h in program.host_tensors}
     n = len(program.tasks)
     costs = TaskCosts(
-        [""] * n, [1] * n, [0.0] * n, [0.0] * n, [0.0] * n, [""] * n, [0.0] * n, [0.0] * n,
+        [""] * n,
+        [1] * n,
+        [0.0] * n,
+        [0.0] * n,
+        [0.0] * n,
+        [""] * n,
+        [0.0] * n,
+        [0.0] * n,
         [0.0] * n,
     )
     for t in program.tasks:
