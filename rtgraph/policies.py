@@ -162,6 +162,10 @@ class Explicit:
 
 #: How much lower (a fraction) the chain mapping's score must be for ``list`` to prefer it.
 CHAIN_MARGIN = 0.05
+#: Replays of the device's timing ``list`` may spend improving its submission order, and the
+#: cap on replays × tasks (a replay costs about a task's worth of events per task).
+REFINE_REPLAYS = 3000
+REFINE_WORK = 300_000
 
 
 class ListScheduler:
@@ -175,7 +179,9 @@ class ListScheduler:
     of the schedule's makespan and an estimate of the host's submission time (an ioctl per
     batch and per event wait, a submit cost per launch, record and wait); chains must score
     :data:`CHAIN_MARGIN` lower to be chosen. They win where the host, not the device, is the
-    bottleneck.
+    bottleneck. Finally the submission order is improved against the device's own timing
+    (launches, HBM and the host link shared by running tasks), which the plan's durations
+    leave out (:mod:`rtgraph.order_search`, at most :data:`REFINE_REPLAYS` replays).
     """
 
     name = "list"
@@ -212,10 +218,15 @@ class ListScheduler:
         ]
         # The estimates are rough: chains must win clearly, or the lanes keep the units apart.
         choice = 1 if scores[1] < (1 - CHAIN_MARGIN) * scores[0] else 0
-        streams, stream_of = candidates[choice]
-        return Assignment(
-            streams, {ids[k]: stream_of[k] for k in range(len(jobs))}, tuple(ids[k] for k in order)
-        )
+        streams, lane_of = candidates[choice]
+        stream_of = {ids[k]: lane_of[k] for k in range(len(jobs))}
+        submission = [ids[k] for k in order]
+        replays = min(REFINE_REPLAYS, REFINE_WORK // max(len(jobs), 1))
+        if replays > 0:
+            from .order_search import improve_order
+
+            submission = improve_order(graph, stream_of, submission, replays=replays)
+        return Assignment(streams, stream_of, tuple(submission))
 
 
 #: Copies that cross the host link; the list scheduler gives each direction one lane.
