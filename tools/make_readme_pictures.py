@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--model", default=str(ROOT / "models" / "attention.rtg"))
     parser.add_argument("-S", type=int, default=128, help="sequence length (default 128)")
     parser.add_argument("--device", default=None, help="device (default: the model's own)")
-    parser.add_argument("--memory", default="greedy", help="memory plan policy")
+    parser.add_argument("--memory", default="stream-ordered", help="memory plan policy")
     parser.add_argument("--out", default=str(ROOT / "docs"), help="output folder")
     args = parser.parse_args(argv)
 
