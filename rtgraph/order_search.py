@@ -16,9 +16,8 @@ from __future__ import annotations
 import random
 from collections.abc import Sequence
 
-from .costmodel import compute_us, dma_us
 from .emulator.engine import DISPATCH, Engine
-from .emulator.timing import HbmTimer, TaskCosts
+from .emulator.timing import HbmTimer, TaskCosts, set_costs
 from .taskgraph import TaskGraph
 
 #: How far (in submission positions) one move may carry a task.
@@ -27,42 +26,22 @@ WINDOW = 12
 
 def dag_costs(graph: TaskGraph) -> TaskCosts:
     """The emulator's timing inputs for every task of ``graph`` (indexed by task id)."""
-    spec = graph.device
-    n = len(graph.tasks)
-    costs = TaskCosts(
-        [""] * n,
-        [1] * n,
-        [0.0] * n,
-        [0.0] * n,
-        [0.0] * n,
-        [""] * n,
-        [0.0] * n,
-        [0.0] * n,
-        [0.0] * n,
-    )
+    costs = TaskCosts.empty(len(graph.tasks))
     for t in graph.tasks:
-        unit = spec.unit(t.unit)
-        costs.unit[t.id] = t.unit
-        costs.cores[t.id] = t.block_dim
-        costs.launch[t.id] = unit.launch_us
-        if t.duration_us is not None:
-            costs.body[t.id] = float(t.duration_us)
-        elif t.unit == "dma":
-            kind = t.op if t.op in ("h2d", "d2h") else "d2d"
-            pinned = bool(t.attrs.get("pinned", True))
-            nbytes = max(t.bytes_read, t.bytes_written)
-            costs.body[t.id] = dma_us(nbytes, kind, spec, pinned)  # type: ignore[arg-type]
-            if kind != "d2d":
-                costs.link[t.id] = kind
-                costs.link_bytes[t.id] = float(nbytes)
-                host = spec.host
-                costs.link_rate[t.id] = host.link_bandwidth if pinned else host.pageable_bandwidth
-                costs.link_latency[t.id] = host.link_latency_us
-        else:
-            costs.body[t.id] = (
-                compute_us(t.unit, t.dtype, t.flops, t.block_dim, spec) if t.flops else 0.0
-            )
-            costs.bytes[t.id] = float(t.bytes_read + t.bytes_written)
+        set_costs(
+            costs,
+            t.id,
+            graph.device,
+            unit=t.unit,
+            op=t.op,
+            cores=t.block_dim,
+            duration_us=t.duration_us,
+            flops=t.flops,
+            dtype=t.dtype,
+            hbm_bytes=t.bytes_read + t.bytes_written,
+            copy_bytes=max(t.bytes_read, t.bytes_written),
+            pinned=bool(t.attrs.get("pinned", True)),
+        )
     return costs
 
 

@@ -9,14 +9,13 @@ A task's duration has up to three parts (all in microseconds, from :mod:`rtgraph
 * ``bytes`` — for cube/vector tasks, the HBM traffic (``bytes_read + bytes_written``).
 
 A cube/vector task ends at ``start + launch + max(body, memory)`` where memory is the time its
-bytes take at its share of HBM bandwidth. The share is not fixed: bandwidth is split equally
-among the running cube/vector tasks that still have bytes to move, so the :class:`HbmTimer`
-tracks each such task's remaining bytes and re-times all of them whenever one joins (its launch
-overhead is over) or leaves (its bytes are done). The split is max-min fair over what each
-task can use: a compute-bound task streams its bytes over its compute time and asks for no
-more than that rate. Completion events that a re-timing made stale
-carry an old version number and are ignored. Alone, a task takes exactly
-``costmodel.estimate_us``.
+bytes take at its share of HBM bandwidth. The share is not fixed: bandwidth is split max-min
+fairly among the running cube/vector tasks that still have bytes to move, over what each can
+use (a compute-bound task streams its bytes over its compute time and asks for no more than
+that rate), so the :class:`HbmTimer` tracks each such task's remaining bytes and re-times all
+of them whenever one joins (its launch overhead is over) or leaves (its bytes are done); host
+copies share the link the same way. Completion events that a re-timing made stale carry an
+old version number and are ignored. Alone, a task takes exactly ``costmodel.estimate_us``.
 
 Profiling modes stretch every task by ``1 + overhead``: launch and body are multiplied, and a
 task's bytes are multiplied too (at a fixed share that is the same as a proportionally slower
@@ -27,7 +26,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from ..costmodel import compute_us, dma_us, unit_of
 from ..device import DeviceSpec
@@ -65,10 +64,65 @@ class TaskCosts:
     #: Host copies: the link direction ("h2d"/"d2h", "" for other tasks), the bytes that cross
     #: it, the fastest rate (B/s) the copy can go (pinned: the link's; pageable: staging's) and
     #: the link latency paid before the bytes start. ``body`` keeps the copy's time alone.
-    link: list[str] = field(default_factory=list)
-    link_bytes: list[float] = field(default_factory=list)
-    link_rate: list[float] = field(default_factory=list)
-    link_latency: list[float] = field(default_factory=list)
+    link: list[str]
+    link_bytes: list[float]
+    link_rate: list[float]
+    link_latency: list[float]
+
+    @classmethod
+    def empty(cls, n: int) -> TaskCosts:
+        """Costs for ``n`` tasks, to be filled in by :func:`set_costs`."""
+        return cls(
+            unit=[""] * n,
+            cores=[1] * n,
+            launch=[0.0] * n,
+            body=[0.0] * n,
+            bytes=[0.0] * n,
+            link=[""] * n,
+            link_bytes=[0.0] * n,
+            link_rate=[0.0] * n,
+            link_latency=[0.0] * n,
+        )
+
+
+def set_costs(
+    costs: TaskCosts,
+    i: int,
+    spec: DeviceSpec,
+    *,
+    unit: str,
+    op: str,
+    cores: int,
+    duration_us: float | None,
+    flops: int,
+    dtype: str,
+    hbm_bytes: int,
+    copy_bytes: int,
+    pinned: bool,
+    stretch: float = 1.0,
+) -> None:
+    """Task ``i``'s timing inputs: the one place a task's cost-model figures become costs."""
+    found = unit_of(unit, spec)
+    moved = 0.0
+    if duration_us is not None:
+        body = float(duration_us)
+    elif unit == "dma":
+        kind = op if op in ("h2d", "d2h") else "d2d"
+        body = dma_us(copy_bytes, kind, spec, pinned)  # type: ignore[arg-type]
+        if kind != "d2d":
+            host = spec.host
+            costs.link[i] = kind
+            costs.link_bytes[i] = copy_bytes * stretch
+            costs.link_rate[i] = host.link_bandwidth if pinned else host.pageable_bandwidth
+            costs.link_latency[i] = host.link_latency_us * stretch
+    else:
+        body = compute_us(unit, dtype, flops, cores, spec) if flops else 0.0
+        moved = float(hbm_bytes)
+    costs.unit[i] = unit
+    costs.cores[i] = cores
+    costs.launch[i] = found.launch_us * stretch
+    costs.body[i] = body * stretch
+    costs.bytes[i] = moved * stretch
 
 
 def _nbytes(task: Task) -> int:
@@ -93,18 +147,7 @@ def _compute_dtype(task: Task) -> str:
 def task_costs(program: StreamProgram, spec: DeviceSpec, stretch: float = 1.0) -> TaskCosts:
     """Every task's unit, cores, launch, body and HBM bytes on ``spec``, validated."""
     pinned = {h.name: h.pinned for h in program.host_tensors}
-    n = len(program.tasks)
-    costs = TaskCosts(
-        [""] * n,
-        [1] * n,
-        [0.0] * n,
-        [0.0] * n,
-        [0.0] * n,
-        [""] * n,
-        [0.0] * n,
-        [0.0] * n,
-        [0.0] * n,
-    )
+    costs = TaskCosts.empty(len(program.tasks))
     for t in program.tasks:
         unit = unit_of(t.unit, spec)
         if not 1 <= t.block_dim <= unit.cores:
@@ -114,29 +157,21 @@ def task_costs(program: StreamProgram, spec: DeviceSpec, stretch: float = 1.0) -
                 span=t.span,
                 hint="recompile the program for this device",
             )
-        if t.duration_us is not None:
-            body, moved = float(t.duration_us), 0.0
-        elif t.unit == "dma":
-            kind = t.op if t.op in ("h2d", "d2h") else "d2d"
-            is_pinned = pinned.get(t.host or "", True)
-            body = dma_us(_nbytes(t), kind, spec, is_pinned)
-            moved = 0.0
-            if kind != "d2d":
-                host = spec.host
-                costs.link[t.id] = kind
-                costs.link_bytes[t.id] = _nbytes(t) * stretch
-                rate = host.link_bandwidth if is_pinned else host.pageable_bandwidth
-                costs.link_rate[t.id] = rate
-                costs.link_latency[t.id] = host.link_latency_us * stretch
-        else:
-            flops = t.flops
-            body = compute_us(t.unit, _compute_dtype(t), flops, t.block_dim, spec) if flops else 0.0
-            moved = float(t.bytes_read + t.bytes_written)
-        costs.unit[t.id] = t.unit
-        costs.cores[t.id] = t.block_dim
-        costs.launch[t.id] = unit.launch_us * stretch
-        costs.body[t.id] = body * stretch
-        costs.bytes[t.id] = moved * stretch
+        set_costs(
+            costs,
+            t.id,
+            spec,
+            unit=t.unit,
+            op=t.op,
+            cores=t.block_dim,
+            duration_us=t.duration_us,
+            flops=t.flops,
+            dtype=_compute_dtype(t),
+            hbm_bytes=t.bytes_read + t.bytes_written,
+            copy_bytes=_nbytes(t),
+            pinned=pinned.get(t.host or "", True),
+            stretch=stretch,
+        )
     return costs
 
 
@@ -244,7 +279,7 @@ class HbmTimer:
     def begin(self, task: int) -> None:
         engine = self.engine
         costs = self.costs
-        if costs.link and costs.link[task]:
+        if costs.link[task]:
             delay = costs.launch[task] + costs.link_latency[task]
             engine.at(engine.now + delay, STATE, self._link_start, task)
         elif costs.bytes[task] > 0.0:
