@@ -160,6 +160,15 @@ class Explicit:
         return Assignment(tuple(streams), stream_of, keeps_program_sync=True)
 
 
+#: Copies that cross the host link; the list scheduler gives each direction one lane.
+LINK_COPIES = ("h2d", "d2h")
+
+
+def _resource(task: DagTask) -> str:
+    """What a task occupies in the list schedule: its unit, or the link for a host copy."""
+    return task.op if task.op in LINK_COPIES and task.unit == "dma" else task.unit
+
+
 #: How much lower (a fraction) the chain mapping's score must be for ``list`` to prefer it.
 CHAIN_MARGIN = 0.05
 #: Replays of the device's timing ``list`` may spend improving its submission order, and the
@@ -199,7 +208,7 @@ class ListScheduler:
                 duration=task_estimate_us(graph.tasks[t], graph),
                 unit=_resource(graph.tasks[t]),
                 preds=tuple(sorted(index[p] for p in graph.dag.predecessors(t))),
-                demand=1 if graph.tasks[t].op in LINK_COPIES else graph.tasks[t].block_dim,
+                demand=1 if _resource(graph.tasks[t]) in LINK_COPIES else graph.tasks[t].block_dim,
             )
             for t in ids
         ]
@@ -227,15 +236,6 @@ class ListScheduler:
 
             submission = improve_order(graph, stream_of, submission, replays=replays)
         return Assignment(streams, stream_of, tuple(submission))
-
-
-#: Copies that cross the host link; the list scheduler gives each direction one lane.
-LINK_COPIES = ("h2d", "d2h")
-
-
-def _resource(task: DagTask) -> str:
-    """What a task occupies in the list schedule: its unit, or the link for a host copy."""
-    return task.op if task.op in LINK_COPIES and task.unit == "dma" else task.unit
 
 
 def _lanes(jobs, schedule) -> tuple[tuple[StreamInfo, ...], list[int]]:
