@@ -380,19 +380,17 @@ def cmd_bench(args: argparse.Namespace) -> int:
         allocs=listed(args.alloc, ALLOC_MODES),
     )
     text = json.dumps(report.to_json(), indent=1) if args.json else report.markdown()
-    figure = None
     if args.figure:
         from .reports.style import save_figure
 
-        figure = report.figure()
-        save_figure(figure, args.figure)
+        save_figure(report.figure(), args.figure)
     if args.output:
         write_output(args.output, text + "\n")
         print(f"wrote {args.output}")
     else:
         print(text)
-    if figure is not None:
-        print(f"wrote {args.figure}", file=sys.stderr if not args.output else sys.stdout)
+    if args.figure:  # on stderr when stdout carries the tables or the JSON
+        print(f"wrote {args.figure}", file=sys.stdout if args.output else sys.stderr)
     return 0
 
 
