@@ -30,6 +30,7 @@ quotes, ``figure()`` a picture, ``to_json()`` the raw figures.
 from __future__ import annotations
 
 import os
+import statistics
 import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -124,11 +125,7 @@ class AllocRow:
     @property
     def median_alloc_us(self) -> float:
         """The typical cost of one allocation call (the median: pool misses are the outliers)."""
-        if not self.alloc_latencies:
-            return 0.0
-        ordered = sorted(self.alloc_latencies)
-        mid = len(ordered) // 2
-        return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+        return statistics.median(self.alloc_latencies) if self.alloc_latencies else 0.0
 
     @property
     def step_calls(self) -> int:
@@ -268,9 +265,7 @@ class BenchReport:
             calls = by_mode.get(mode)
             if not calls:
                 continue
-            row = AllocRow("", mode, 0, 0.0, 0, 0, 0.0, 0.0, 0, alloc_latencies=tuple(calls))
-            median = row.median_alloc_us
-            mean = sum(calls) / len(calls)
+            median, mean = statistics.median(calls), statistics.fmean(calls)
             rows.append(
                 [
                     label,
