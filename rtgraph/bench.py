@@ -483,24 +483,16 @@ def _policy_row(name, policy, memory, compiled, result, base: float) -> PolicyRo
 
 def _host_overlap(result) -> dict[str, float]:
     """Host submission time, and how much of it the device spent running tasks."""
-    busy = sorted((t.start, t.end) for t in result.tasks if t.start is not None and t.end)
-    merged: list[list[float]] = []
-    for a, b in busy:
-        if merged and a <= merged[-1][1]:
-            merged[-1][1] = max(merged[-1][1], b)
-        else:
-            merged.append([a, b])
-    submits = sorted((h.start, h.end) for h in result.host_activities if h.kind == "submit")
-    total = sum(b - a for a, b in submits)
-    overlap, k = 0.0, 0
-    for a, b in submits:
-        while k < len(merged) and merged[k][1] <= a:
-            k += 1
-        j = k
-        while j < len(merged) and merged[j][0] < b:
-            overlap += min(b, merged[j][1]) - max(a, merged[j][0])
-            j += 1
-    return {"host_submit_us": total, "host_overlap_us": overlap}
+    from .reports.advisor import covered, segments
+
+    ran = [t for t in result.tasks if t.start is not None and t.end is not None]
+    busy = segments([t.start for t in ran], [t.end for t in ran])
+    submits = [h for h in result.host_activities if h.kind == "submit"]
+    starts, ends = [h.start for h in submits], [h.end for h in submits]
+    return {
+        "host_submit_us": float(sum(b - a for a, b in zip(starts, ends, strict=True))),
+        "host_overlap_us": float(covered(busy, starts, ends).sum()),
+    }
 
 
 def _memory_row(name: str, program, spec) -> MemoryRow:
