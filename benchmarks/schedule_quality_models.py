@@ -8,9 +8,11 @@ task at its cost-model duration alone:
 
 * **classic** — the issue's bound: max(critical path, the busiest unit's work ÷ its cores);
 * **LB** — the tightest of the bounds every schedule on this device must also pay: the critical
-  path from the host's first submission; per unit, head + work ÷ cores + tail, and head + the
-  sum of the tasks too wide to run two at a time + tail; the same for the one shared HBM
-  (every Cube/Vector byte crosses it); and the host submitting every task in batches.
+  path from the host's first submission; per unit, head + work ÷ cores + tail over the binding
+  set of its tasks (Jackson's preemptive schedule), and the same for the tasks too wide to run
+  two at a time; the same for the one shared HBM (every Cube/Vector byte crosses it, after its
+  launch) and for the host link per direction; the host submitting every task in batches; all
+  of it for each order in which the host copies can cross the link, the least over the orders.
   "binds" says which term sets LB.
 
 The acceptance figure: on every model, ``by-unit`` or ``list`` within 15 % of the bound.

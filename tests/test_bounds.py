@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 from conftest import MODELS
 from hypothesis import given, settings
@@ -9,7 +11,7 @@ from hypothesis import strategies as st
 from strategies import programs
 
 import rtgraph
-from rtgraph.bounds import makespan_lower_bound
+from rtgraph.bounds import makespan_lower_bound, preemptive_one_machine
 from rtgraph.compiler import compile_program
 from rtgraph.devspec import load_device
 from rtgraph.emulator import run
@@ -76,3 +78,52 @@ def test_tasks_wider_than_half_a_unit_are_bound_as_serial():
     for policy in ("single", "by-unit:2", "list"):
         compiled = compile_program(program, NPU, streams=policy)
         assert run(compiled, NPU, numerics=False).makespan_us >= bound.value
+
+
+def _copies_program(rows: list[int]) -> rtgraph.Program:
+    lines = [f"input x{i} : f16[{r * 64}, 1024]" for i, r in enumerate(rows)]
+    lines += [f"output y{i} = exp(x{i})" for i in range(len(rows))]
+    return rtgraph.parse("program copies() {\n" + "\n".join(lines) + "\n}")
+
+
+@given(
+    st.lists(st.integers(1, 48), min_size=2, max_size=4),
+    st.sampled_from(["single", "by-unit", "by-unit:2", "list"]),
+)
+@settings(max_examples=25, deadline=None)
+def test_no_schedule_beats_the_bound_when_copies_share_the_link(rows, policy):
+    program = _copies_program(rows)
+    bound = makespan_lower_bound(program, NPU)
+    makespan = run(compile_program(program, NPU, streams=policy), NPU, numerics=False).makespan_us
+    assert bound.value <= makespan * (1 + 1e-9)
+
+
+def test_inputs_on_one_link_arrive_one_after_another(monkeypatch):
+    # Two equal inputs: whatever the order (or sharing), the second is in only after both
+    # have crossed the link, and its exp and its own copy back still follow.
+    program = _copies_program([32, 32])
+    bound = makespan_lower_bound(program, NPU)
+    copy = 32 * 64 * 1024 * 2 * 1e6 / NPU.host.link_bandwidth
+    first = NPU.host.ioctl_us + NPU.host.submit_us
+    delay = NPU.unit("dma").launch_us + NPU.host.link_latency_us
+    assert bound.critical_path >= first + delay + 2 * copy + delay + copy
+    monkeypatch.setattr("rtgraph.bounds.MAX_ORDERS", 1)  # no orders: each copy alone
+    assert makespan_lower_bound(program, NPU).critical_path < bound.critical_path - copy / 2
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 30), st.integers(0, 12), st.integers(0, 30)),
+        min_size=1,
+        max_size=7,
+    )
+)
+@settings(max_examples=200, deadline=None)
+def test_jacksons_preemptive_schedule_finds_the_binding_subset(jobs):
+    # Carlier: the preemptive one-machine value is the largest min head + Σ work + min tail.
+    best = max(
+        min(h for h, _, _ in s) + sum(w for _, w, _ in s) + min(t for *_, t in s)
+        for k in range(1, len(jobs) + 1)
+        for s in itertools.combinations(jobs, k)
+    )
+    assert preemptive_one_machine([tuple(map(float, j)) for j in jobs]) == pytest.approx(best)
