@@ -14,8 +14,11 @@ Two tables:
    ``run_kernel`` calls. Skipped with a message if Dask is not installed (it is not a
    dependency; ``pip install dask`` to run it).
 
-Inputs and params are generated once and passed to every contender. Times are the best of
-``--repeat`` runs in wall seconds with one BLAS thread (set before NumPy loads).
+Inputs and params are generated once and passed to every contender, with one BLAS thread (set
+before NumPy loads). Times are the best of ``--repeat`` rounds in which the contenders take
+turns, so a slow stretch of a shared machine does not land on one of them only: process CPU
+seconds for the models (both contenders are single-threaded, and CPU time does not count the
+time another tenant holds the core), wall seconds for the tiny-kernel DAG (Dask runs threads).
 
 Usage: python benchmarks/simulate_overhead.py [--repeat N]
 """
@@ -43,12 +46,17 @@ DEVICE = "ascend-910b"
 TARGET = 1.15
 
 
-def best_of(repeat: int, fn) -> float:
-    best = float("inf")
+def best_interleaved(repeat: int, *fns, clock=time.perf_counter) -> list[float]:
+    """The best time of each of ``fns`` over ``repeat`` rounds that run each once, in turn.
+
+    Taking turns keeps a slow stretch of a shared machine from landing on one contender only.
+    """
+    best = [float("inf")] * len(fns)
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
+        for k, fn in enumerate(fns):
+            t0 = clock()
+            fn()
+            best[k] = min(best[k], clock() - t0)
     return best
 
 
@@ -91,9 +99,11 @@ def model_row(name: str, repeat: int) -> tuple[str, int, float, float, float]:
     result = rtgraph.run(compiled, device=DEVICE, inputs=inputs, params=params)
     same = rtgraph.compare(result.outputs, {k: env[k] for k in program.outputs})
     assert all(r["equal"] for r in same.values()), "the loop and the emulator disagree"
-    loop = best_of(repeat, lambda: plain_loop(steps, values))
-    emulated = best_of(
-        repeat, lambda: rtgraph.run(compiled, device=DEVICE, inputs=inputs, params=params)
+    loop, emulated = best_interleaved(
+        repeat,
+        lambda: plain_loop(steps, values),
+        lambda: rtgraph.run(compiled, device=DEVICE, inputs=inputs, params=params),
+        clock=time.process_time,
     )
     return name, len(compiled.tasks), loop, emulated, emulated / loop
 
@@ -125,12 +135,15 @@ def dask_graph(program, steps, values) -> tuple[dict, list[str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--repeat", type=int, default=5)
     args = parser.parse_args()
 
     print("# Emulator overhead")
     print(f"machine: {machine_note()}")
-    print(f"times: wall seconds, best of {args.repeat}\n")
+    print(
+        f"times: best of {args.repeat} rounds, contenders taking turns; the models in process "
+        "CPU seconds (both single-threaded), the tiny-kernel DAG in wall seconds (Dask's threads)\n"
+    )
 
     print("## Bundled models: numeric run vs the same kernels in a plain loop\n")
     print("| model | tasks | plain loop s | rtgraph run s | ratio | target |")
@@ -147,25 +160,23 @@ def main() -> None:
     compiled = rtgraph.compile(program, device=DEVICE, streams="by-unit")
     steps = kernel_steps(program)
     n = len(steps)
-    loop = best_of(args.repeat, lambda: plain_loop(steps, values))
-    emulated = best_of(
-        args.repeat, lambda: rtgraph.run(compiled, device=DEVICE, inputs=inputs, params=params)
-    )
-    rows = [("plain loop", loop), ("rtgraph run (numerics)", emulated)]
+    contenders = {
+        "plain loop": lambda: plain_loop(steps, values),
+        "rtgraph run (numerics)": lambda: rtgraph.run(
+            compiled, device=DEVICE, inputs=inputs, params=params
+        ),
+    }
     try:
         import dask
         from dask.threaded import get as threaded_get
     except ImportError:
-        dask = None
         print("(Dask is not installed: its row is skipped; `pip install dask` to compare.)\n")
-    if dask is not None:
+    else:
         graph, outputs = dask_graph(program, steps, values)
-        rows.append(
-            (
-                f"dask {dask.__version__} threaded",
-                best_of(args.repeat, lambda: threaded_get(graph, outputs)),
-            )
-        )
+        contenders[f"dask {dask.__version__} threaded"] = lambda: threaded_get(graph, outputs)
+    times = best_interleaved(args.repeat, *contenders.values())
+    rows = list(zip(contenders, times, strict=True))
+    loop, emulated = times[:2]
     print(f"{n} op nodes; {len(compiled.tasks)} device tasks with the host copies\n")
     print("| runner | total s | overhead per task µs | vs rtgraph |")
     print("|---|---:|---:|---:|")
