@@ -301,6 +301,37 @@ def test_functions_inline_with_qualified_names() -> None:
     assert Counter(ops(p)) == {"matmul": 6, "gelu": 3}
 
 
+def test_a_returned_loop_carried_name_takes_the_name_it_is_bound_to() -> None:
+    # `return acc` makes no tensor of its own: the binding renames the one it returns, and
+    # every later use (in the function and after it) follows.
+    p = parse(
+        """
+        fn doubled(x, w) {
+            acc = x
+            for i in 0..3 {
+                acc = acc * 2.0
+            }
+            t = kernel(unit = vector, us = 1, reads = [acc], after = [acc])
+            return acc
+        }
+        fn same(x) { return x }
+        program p() {
+            input x : f32[4, 4]
+            param w : f32[4, 4]
+            output y = doubled(x, w)
+            output z = same(y) @ w
+            output v = same(x) + 1.0
+        }
+        """
+    )
+    assert p.outputs == ["y", "z", "v"]
+    assert p.tensors["y"].label == "y" and "doubled.1/i=2/acc" not in p.tensors
+    kernel = next(n for n in p.op_nodes() if n.op == "kernel")
+    assert tuple(kernel.attrs["reads"]) == ("y",) and kernel.after == ("y",)
+    assert next(n for n in p.op_nodes() if n.output == "z").inputs[0] == "y"
+    assert p.tensors["x"].kind == "input"  # a returned argument is not renamed
+
+
 def test_functions_are_shape_polymorphic_and_take_compile_time_values() -> None:
     p = parse(
         """

@@ -220,7 +220,16 @@ class Checker(StreamChecker):
         target = self.binding_scope(st.name)
         name = st.name.name
         bind = (self.scope.prefix + name, name) if target is not None else None
+        mark = len(self.ir.nodes)
         value = self.eval(st.value, bind)
+        if (
+            bind is not None
+            and isinstance(value, Tensor)
+            and value.kind == "value"
+            and value.name != bind[0]
+            and self.ir.made_since(mark, value.name)
+        ):
+            value = self.ir.rename(value, *bind, mark)
         if target is not None:
             target.names[name] = Bound(value, "binding", st.name.span)
             if target is not self.scope:

@@ -9,8 +9,10 @@ many times reports each mistake at its source position only once).
 
 from __future__ import annotations
 
+import dataclasses
+
 from ..errors import CapacityError, CheckError, RtgError, Span, raise_all
-from ..ir import Node, Tensor, TensorKind, TensorType
+from ..ir import CallbackNode, Node, OpNode, Tensor, TensorKind, TensorType
 from .values import format_number
 
 #: Bytes no tensor or buffer may reach, device or not: 256 TiB, beyond any real part.
@@ -126,6 +128,45 @@ class IRBuilder:
         return self.tensor(
             name, TensorType((), dtype), "const", span, format_number(value), value=float(value)
         )
+
+    def made_since(self, mark: int, name: str) -> bool:
+        """Whether a node emitted at or after position ``mark`` made the tensor ``name``."""
+        return any(isinstance(node, OpNode) and node.output == name for node in self.nodes[mark:])
+
+    def rename(self, tensor: Tensor, name: str, display: str, mark: int) -> Tensor:
+        """``tensor``, made by a node at or after ``mark``, under the unique form of ``name``.
+
+        A function that returns a name it bound (a loop-carried sum, say) makes no tensor of
+        its own for the caller to name; the binding ``y = f(x)`` renames the one it returns,
+        so an ``output y`` is called ``y``. Only nodes from ``mark`` on can refer to it.
+        """
+        old = tensor.name
+        renamed = dataclasses.replace(tensor, name=self.fresh(name), display=display)
+        new = renamed.name
+        self.tensors = {
+            (new if k == old else k): (renamed if k == old else v) for k, v in self.tensors.items()
+        }
+
+        def swap(names):
+            return tuple(new if n == old else n for n in names)
+
+        for k in range(mark, len(self.nodes)):
+            node = self.nodes[k]
+            if isinstance(node, OpNode):
+                attrs = dict(node.attrs)
+                for key in ("reads", "writes"):
+                    if key in attrs:
+                        attrs[key] = type(attrs[key])(swap(attrs[key]))
+                self.nodes[k] = dataclasses.replace(
+                    node,
+                    inputs=swap(node.inputs),
+                    output=new if node.output == old else node.output,
+                    after=swap(node.after),
+                    attrs=attrs,
+                )
+            elif isinstance(node, CallbackNode) and node.after == old:
+                self.nodes[k] = dataclasses.replace(node, after=new)
+        return renamed
 
     def emit(self, node: Node) -> None:
         self.nodes.append(node)
