@@ -41,6 +41,8 @@ from .errors import UsageError
 
 POLICIES: tuple[str, ...] = ("single", "by-unit", "list")
 MEMORY_PLANS: tuple[str, ...] = ("stream-ordered", "greedy", "none")
+#: Every plan ``--memory`` may name (``timed`` is left out of the default run).
+ALL_MEMORY_PLANS: tuple[str, ...] = (*MEMORY_PLANS, "timed")
 ALLOC_MODES: tuple[str, ...] = ("direct", "pool", "mixed")
 BASELINE = "single"
 RESIDENT = ("param", "const", "buffer")
@@ -422,7 +424,7 @@ def bench(
     from . import api
 
     files = model_paths(paths)
-    for name, allowed in (("memory plan", MEMORY_PLANS), ("allocation mode", ALLOC_MODES)):
+    for name, allowed in (("memory plan", ALL_MEMORY_PLANS), ("allocation mode", ALLOC_MODES)):
         given = memories if name == "memory plan" else allocs
         for item in given:
             if item not in allowed:

@@ -76,10 +76,11 @@ def _add_compile_args(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--memory",
         default="stream-ordered",
-        choices=("none", "greedy", "stream-ordered"),
+        choices=("none", "greedy", "stream-ordered", "timed"),
         help="memory plan: none (a region per tensor), greedy (reuse by liveness in program "
-        "order) or stream-ordered (reuse only where the streams already order the tensors: "
-        "no false dependencies)",
+        "order), stream-ordered (reuse only where the streams already order the tensors: "
+        "no false dependencies) or timed (reuse once the device's replayed timeline has "
+        "finished with a tensor: waits that are expected to be met already)",
     )
     p.add_argument(
         "--alloc",

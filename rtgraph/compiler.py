@@ -98,7 +98,7 @@ def compile_program(
     policy = default_policy(program) if streams == "auto" else streams
     if alloc != "static":
         passes = RUNTIME_ALLOC_PASSES
-    elif memory == "stream-ordered":
+    elif memory in ("stream-ordered", "timed"):
         passes = STREAM_ORDERED_PASSES
     else:
         passes = PASSES
@@ -117,7 +117,7 @@ def _run_passes(program, device, passes, policy, memory, alloc, check) -> Stream
         if name == "lower":
             graph = run(graph, device=device)
         elif name == "plan_memory":
-            provisional = alloc != "static" or memory == "stream-ordered"
+            provisional = alloc != "static" or memory in ("stream-ordered", "timed")
             graph = run(graph, policy="none" if provisional else memory)
         elif name == "replan_memory":
             graph = run(graph, policy=memory)

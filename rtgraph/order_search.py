@@ -58,6 +58,21 @@ class Replay:
         self.cores = {u: graph.device.unit(u).cores for u in set(self.costs.unit)}
 
     def makespan(self, order: Sequence[int]) -> float:
+        return self._run(order, None, None)
+
+    def timeline(self, order: Sequence[int]) -> tuple[dict[int, float], dict[int, float]]:
+        """Each task's start and end (µs) when ``order`` is replayed."""
+        start: dict[int, float] = {}
+        end: dict[int, float] = {}
+        self._run(order, start, end)
+        return start, end
+
+    def _run(
+        self,
+        order: Sequence[int],
+        start: dict[int, float] | None,
+        end: dict[int, float] | None,
+    ) -> float:
         engine = Engine()
         queues: list[list[int]] = [[] for _ in range(self.streams)]
         for t in order:
@@ -77,9 +92,13 @@ class Replay:
                     continue
                 started.add(t)
                 free[costs.unit[t]] -= costs.cores[t]
+                if start is not None:
+                    start[t] = engine.now
                 timer.begin(t)
 
         def finish(t: int) -> None:
+            if end is not None:
+                end[t] = engine.now
             free[costs.unit[t]] += costs.cores[t]
             head[self.stream_of[t]] += 1
             for s in self.succs[t]:

@@ -23,7 +23,7 @@ NPU = load_device("ascend-910b")
 @given(
     programs(),
     st.sampled_from(["single", "by-unit", "by-unit:2", "list"]),
-    st.sampled_from(["none", "greedy", "stream-ordered"]),
+    st.sampled_from(["none", "greedy", "stream-ordered", "timed"]),
     st.sampled_from([TOY, NPU]),
 )
 @settings(max_examples=40, deadline=None)

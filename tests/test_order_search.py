@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import replace
 
 import pytest
@@ -38,6 +39,16 @@ def test_replay_equals_the_emulator_when_the_host_is_free(program, policy):
     emulated = run(compiled, FREE_HOST, numerics=False).makespan_us
     # Byte counts of a task that reads one tensor twice may differ by a few bytes: ≤ 1 ns.
     assert replayed == pytest.approx(emulated, rel=1e-6, abs=1e-3)
+    start, end = Replay(graph, dict(graph.stream_of)).timeline(graph.order)
+    assert max(end.values(), default=0.0) == pytest.approx(replayed)
+    for src, dst in graph.dag.edges:
+        assert start[dst] >= end[src]
+    queues: dict[int, list[int]] = {}
+    for t in graph.order:
+        queues.setdefault(graph.stream_of[t], []).append(t)
+    for queue in queues.values():  # in-order streams
+        for a, b in itertools.pairwise(queue):
+            assert start[b] >= end[a]
 
 
 @given(programs(max_ops=16), st.integers(0, 3))
