@@ -85,8 +85,8 @@ def compile_program(
 ) -> StreamProgram:
     """Compile a checked program for ``device`` into a stream program.
 
-    ``memory`` is the static plan (``none``/``greedy``/``stream-ordered``); ``alloc`` other
-    than ``static`` replaces it by run-time allocation from that allocator (see
+    ``memory`` is the static plan (``none``/``greedy``/``stream-ordered``/``timed``); ``alloc``
+    other than ``static`` replaces it by run-time allocation from that allocator (see
     :mod:`rtgraph.passes.allocate_at_runtime`).
     """
     if alloc not in ALLOC_MODES:
