@@ -68,6 +68,8 @@ class Bound:
 
 #: Most orders of a link's copies the bound tries (6! = 720); beyond that it assumes none.
 MAX_ORDERS = 720
+#: ... and at most this many orders × tasks, so a large program's bound stays quick.
+ORDER_WORK = 2_000_000
 
 
 @dataclass(frozen=True)
@@ -87,8 +89,9 @@ def makespan_lower_bound(program: Program, device: DeviceSpec) -> Bound:
     """The bound for ``program`` on ``device`` (see the module docstring).
 
     The terms are computed for every order in which the copies on each link direction can
-    finish (inputs) or start (outputs), when there are at most :data:`MAX_ORDERS` of them: the
-    bound is the least over those orders, since every schedule follows one of them.
+    finish (inputs) or start (outputs), when there are at most :data:`MAX_ORDERS` of them (and
+    :data:`ORDER_WORK` ÷ tasks): the bound is the least over those orders, since every schedule
+    follows one of them.
     """
     from .passes.assign_streams import assign_streams
     from .passes.find_hazards import find_hazards
@@ -117,11 +120,12 @@ def makespan_lower_bound(program: Program, device: DeviceSpec) -> Bound:
     )
     head = _heads(inputs, {})
     tail = _tails(inputs, {})
-    arrivals = _copy_orders(inputs, [i for i in range(n) if costs.link[i] == "h2d"], head, tail)
-    departures = _copy_orders(
-        inputs, [i for i in range(n) if costs.link[i] == "d2h"], head, tail, outputs=True
-    )
-    if len(arrivals) * len(departures) > MAX_ORDERS:  # each side alone, the larger of the two
+    most = min(MAX_ORDERS, max(1, ORDER_WORK // max(n, 1)))
+    h2d = [i for i in range(n) if costs.link[i] == "h2d"]
+    d2h = [i for i in range(n) if costs.link[i] == "d2h"]
+    arrivals = _copy_orders(inputs, h2d, head, tail, most)
+    departures = _copy_orders(inputs, d2h, head, tail, most, outputs=True)
+    if len(arrivals) * len(departures) > most:  # each side alone, the larger of the two
         sides = [[(a, {}) for a in arrivals], [({}, d) for d in departures]]
     else:
         sides = [[(a, d) for a in arrivals for d in departures]]
@@ -167,17 +171,22 @@ def _tails(inputs: _Inputs, least_run: dict[int, float]) -> list[float]:
 
 
 def _copy_orders(
-    inputs: _Inputs, copies: list[int], head: list[float], tail: list[float], outputs: bool = False
+    inputs: _Inputs,
+    copies: list[int],
+    head: list[float],
+    tail: list[float],
+    most: int,
+    outputs: bool = False,
 ) -> list[dict[int, float]]:
     """For every order of ``copies`` on one link direction: inputs — the least end of each
     copy when they finish in that order; outputs — the least time from each copy's start to
-    the end when they start in that order. One empty order when there are too many.
+    the end when they start in that order. One empty order when there are more than ``most``.
 
     The copies that finish at or before the j-th (start at or after it) all move their bytes
     through the link between the earliest of their releases and that copy's end (and after
     that copy's start, before the least of their tails), whatever the link's sharing.
     """
-    if len(copies) < 2 or math.factorial(len(copies)) > MAX_ORDERS:
+    if len(copies) < 2 or math.factorial(len(copies)) > most:
         return [{}]
     moved, delay = inputs.link_time, inputs.link_delay
     orders = []
