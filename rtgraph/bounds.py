@@ -74,15 +74,17 @@ ORDER_WORK = 2_000_000
 
 @dataclass(frozen=True)
 class _Inputs:
-    """A program's tasks as the bound sees them: durations alone, true edges, costs."""
+    """A program's tasks as the bound sees them: durations alone, true edges, machines."""
 
-    costs: TaskCosts
     duration: list[float]
     preds: list[list[int]]
     order: list[int]  # topological
     first_arrival: float
     link_time: list[float]  # a host copy's bytes at the whole link's rate
     link_delay: list[float]  # launch + link latency before a host copy's bytes start
+    #: Per one-machine term (a unit, its wide tasks, a link direction, ``hbm``): each task's
+    #: (id, work on that machine, delay after its start before the work can begin).
+    machines: list[tuple[str, list[tuple[int, float, float]]]]
 
 
 def makespan_lower_bound(program: Program, device: DeviceSpec) -> Bound:
@@ -107,16 +109,19 @@ def makespan_lower_bound(program: Program, device: DeviceSpec) -> Bound:
     costs = task_costs(compiled, device)
     n = len(compiled.tasks)
     bandwidth = device.memory.bandwidth
+    duration = [
+        costs.launch[i] + max(costs.body[i], costs.bytes[i] * 1e6 / bandwidth) for i in range(n)
+    ]
+    link_time = [b * 1e6 / device.host.link_bandwidth for b in costs.link_bytes]
+    link_delay = [costs.launch[i] + costs.link_latency[i] for i in range(n)]
     inputs = _Inputs(
-        costs=costs,
-        duration=[
-            costs.launch[i] + max(costs.body[i], costs.bytes[i] * 1e6 / bandwidth) for i in range(n)
-        ],
+        duration=duration,
         preds=[sorted(graph.dag.predecessors(i)) for i in range(n)],
         order=[i for i in graph.script if isinstance(i, int)],
         first_arrival=device.host.ioctl_us + device.host.submit_us,
-        link_time=[b * 1e6 / device.host.link_bandwidth for b in costs.link_bytes],
-        link_delay=[costs.launch[i] + costs.link_latency[i] for i in range(n)],
+        link_time=link_time,
+        link_delay=link_delay,
+        machines=_machines(costs, device, duration, link_time, link_delay),
     )
     head = _heads(inputs, {})
     tail = _tails(inputs, {})
@@ -134,11 +139,16 @@ def makespan_lower_bound(program: Program, device: DeviceSpec) -> Bound:
         for i in range(n)
     ]
     classic = lower_bound(jobs, {u: device.unit(u).cores for u in set(costs.unit)}) if n else 0.0
+    host = (
+        math.ceil(n / device.host.batch_size) * device.host.ioctl_us
+        + n * device.host.submit_us
+        + min(duration, default=0.0)
+    )
     best = None
     for side in sides:
         bound = min(
             (
-                _terms(inputs, device, _heads(inputs, a), _tails(inputs, d), a, d, classic)
+                _terms(inputs, _heads(inputs, a), _tails(inputs, d), a, d, classic, host)
                 for a, d in side
             ),
             key=lambda b: b.value,
@@ -209,51 +219,61 @@ def _copy_orders(
     return orders
 
 
+def _machines(
+    costs: TaskCosts,
+    device: DeviceSpec,
+    duration: list[float],
+    link_time: list[float],
+    link_delay: list[float],
+) -> list[tuple[str, list[tuple[int, float, float]]]]:
+    """The one-machine relaxations every order is bounded by (see ``_Inputs.machines``)."""
+    n = len(duration)
+    machines = []
+    for unit in sorted(set(costs.unit)):
+        ids = [i for i in range(n) if costs.unit[i] == unit]
+        cores = device.unit(unit).cores
+        machines.append((unit, [(i, duration[i] * costs.cores[i] / cores, 0.0) for i in ids]))
+        # Tasks wider than half the unit cannot run two at a time: they run one after another.
+        wide = [(i, duration[i], 0.0) for i in ids if 2 * costs.cores[i] > cores]
+        if wide:
+            machines.append((unit, wide))
+    for kind in ("h2d", "d2h"):  # host copies share the link, a channel per direction
+        ids = [i for i in range(n) if costs.link[i] == kind]
+        if ids:
+            machines.append((f"link {kind}", [(i, link_time[i], link_delay[i]) for i in ids]))
+    bandwidth = device.memory.bandwidth
+    moving = [
+        (i, costs.bytes[i] * 1e6 / bandwidth, costs.launch[i]) for i in range(n) if costs.bytes[i]
+    ]
+    if moving:
+        machines.append(("hbm", moving))
+    return machines
+
+
 def _terms(
     inputs: _Inputs,
-    device: DeviceSpec,
     head: list[float],
     tail: list[float],
     earliest_end: dict[int, float],
     least_run: dict[int, float],
     classic: float,
+    host: float,
 ) -> Bound:
     """Every term of the bound for one set of heads and tails."""
-    costs, duration = inputs.costs, inputs.duration
-    n = len(duration)
+    duration = inputs.duration
     critical = max(
-        (max(head[i] + duration[i], earliest_end.get(i, 0.0)) + tail[i] for i in range(n)),
+        (
+            max(head[i] + duration[i], earliest_end.get(i, 0.0)) + tail[i]
+            for i in range(len(duration))
+        ),
         default=0.0,
     )
     critical = max(critical, *(head[i] + r for i, r in least_run.items()), 0.0)
-
-    def span(ids: list[int], work: list[float], delay: list[float] | None = None) -> float:
-        late = delay or [0.0] * n
-        return preemptive_one_machine((head[i] + late[i], work[i], tail[i]) for i in ids)
-
     units: dict[str, float] = {}
-    for unit in sorted(set(costs.unit)):
-        ids = [i for i in range(n) if costs.unit[i] == unit]
-        cores = device.unit(unit).cores
-        units[unit] = span(ids, [duration[i] * costs.cores[i] / cores for i in range(n)])
-        # Tasks wider than half the unit cannot run two at a time: they run one after another.
-        wide = [i for i in ids if 2 * costs.cores[i] > cores]
-        if wide:
-            units[unit] = max(units[unit], span(wide, duration))
-    for kind in ("h2d", "d2h"):  # host copies share the link, a channel per direction
-        ids = [i for i in range(n) if costs.link[i] == kind]
-        if ids:
-            units[f"link {kind}"] = span(ids, inputs.link_time, inputs.link_delay)
-    moving = [i for i in range(n) if costs.bytes[i]]
-    bandwidth = device.memory.bandwidth
-    hbm = span(moving, [b * 1e6 / bandwidth for b in costs.bytes], costs.launch) if moving else 0.0
-    host = (
-        math.ceil(n / device.host.batch_size) * device.host.ioctl_us
-        + n * device.host.submit_us
-        + min(duration, default=0.0)
-        if n
-        else 0.0
-    )
+    for name, jobs in inputs.machines:
+        value = preemptive_one_machine((head[i] + late, work, tail[i]) for i, work, late in jobs)
+        units[name] = max(units.get(name, 0.0), value)
+    hbm = units.pop("hbm", 0.0)
     return Bound(classic, critical, units, hbm, host)
 
 
