@@ -31,8 +31,8 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import rtgraph  # noqa: E402
-from rtgraph import compiler  # noqa: E402
 from rtgraph.bench import machine_note  # noqa: E402
+from rtgraph.compiler import pipeline as compiler  # noqa: E402
 
 CHAINS = 8
 OPS_PER_STEP = 3  # matmul, add, relu

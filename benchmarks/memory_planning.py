@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 import numpy as np  # noqa: E402
 
-from rtgraph.memplan import (  # noqa: E402
+from rtgraph.compiler.memplan import (  # noqa: E402
     Record,
     build_problem,
     check_placement,
@@ -38,7 +38,7 @@ from rtgraph.memplan import (  # noqa: E402
     plan,
     read_records_csv,
 )
-from rtgraph.memplan.planner import DEFAULT_BUDGET  # noqa: E402
+from rtgraph.compiler.memplan.planner import DEFAULT_BUDGET  # noqa: E402
 
 
 def shared_benchmarks() -> Path:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from rtgraph.devspec import load_device
+from rtgraph.device import load_device
 from rtgraph.emulator import run
 from rtgraph.reports.timeline import plot_timeline, save_figure
 from rtgraph.stream_program import (

@@ -3,8 +3,8 @@
 For every model in ``models/`` (default parameters) and every policy (single, by-unit,
 by-unit:2, list), under the ``stream-ordered`` memory plan (reuse that adds no dependency; pass
 ``--memory`` for others), the emulated makespan on ``ascend-910b`` is divided by lower bounds
-from :func:`rtgraph.bounds.makespan_lower_bound`, computed on the true dependencies with every
-task at its cost-model duration alone:
+from :func:`rtgraph.compiler.bounds.makespan_lower_bound`, computed on the true dependencies
+with every task at its cost-model duration alone:
 
 * **classic** — the issue's bound: max(critical path, the busiest unit's work ÷ its cores);
 * **LB** — the tightest of the bounds every schedule on this device must also pay: the critical
@@ -35,7 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 import rtgraph  # noqa: E402
 from rtgraph.bench import machine_note  # noqa: E402
-from rtgraph.bounds import makespan_lower_bound  # noqa: E402
+from rtgraph.compiler.bounds import makespan_lower_bound  # noqa: E402
 
 DEVICE = "ascend-910b"
 POLICIES = ("single", "by-unit", "by-unit:2", "list")

@@ -31,8 +31,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rtgraph.scheduling import DEFAULT_BUDGET, list_schedule, read_stg  # noqa: E402
-from rtgraph.scheduling.heft import heft, read_heft_csvs  # noqa: E402
+from rtgraph.compiler.scheduling import DEFAULT_BUDGET, list_schedule, read_stg  # noqa: E402
+from rtgraph.compiler.scheduling.heft import heft, read_heft_csvs  # noqa: E402
 
 HEFT_KNOWN = 80.0
 

@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))
 
 import rtgraph  # noqa: E402
 from rtgraph.bench import machine_note  # noqa: E402
-from rtgraph.interpreter import host_values  # noqa: E402
+from rtgraph.ir.interpreter import host_values  # noqa: E402
 from rtgraph.ops import lookup, run_kernel  # noqa: E402
 
 DEVICE = "ascend-910b"

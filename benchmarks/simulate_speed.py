@@ -41,7 +41,6 @@ from rtgraph.device import (  # noqa: E402
     UnitSpec,
 )
 from rtgraph.emulator import run  # noqa: E402
-from rtgraph.emulator.engine import Engine  # noqa: E402
 from rtgraph.ir import TensorType  # noqa: E402
 from rtgraph.ops import lookup, run_kernel  # noqa: E402
 from rtgraph.stream_program import (  # noqa: E402
@@ -56,6 +55,7 @@ from rtgraph.stream_program import (  # noqa: E402
     Task,
     Wait,
 )
+from rtgraph.timing.engine import Engine  # noqa: E402
 
 UNITS = ("cube", "vector", "dma")
 

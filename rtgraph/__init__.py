@@ -1,14 +1,14 @@
 """rtgraph: compile and run operator programs on an emulated NPU.
 
-Source → AST → IR (:mod:`rtgraph.ir`) → task DAG (:mod:`rtgraph.taskgraph`) → passes
+Source → AST → IR (:mod:`rtgraph.ir`) → task DAG (:mod:`rtgraph.compiler.taskgraph`) → passes
 (:mod:`rtgraph.compiler`) → stream program (:mod:`rtgraph.stream_program`) → emulator →
 results → reports. The functions below run one stage each; see :mod:`rtgraph.api`.
 """
 
-from .api import compare, compile, device, load, parse, run
-from .errors import RtgError, RtgErrors
-from .ir import Program
-from .stream_program import StreamProgram
+from rtgraph.api import compare, compile, device, load, parse, run
+from rtgraph.errors import RtgError, RtgErrors
+from rtgraph.ir import Program, evaluate, format_program
+from rtgraph.stream_program import StreamProgram
 
 __version__ = "0.1.0"
 
@@ -21,6 +21,8 @@ __all__ = [
     "compare",
     "compile",
     "device",
+    "evaluate",
+    "format_program",
     "load",
     "parse",
     "run",

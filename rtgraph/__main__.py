@@ -1,5 +1,5 @@
 """``python -m rtgraph`` is the ``rtgraph`` command."""
 
-from .cli import main
+from rtgraph.cli import main
 
 raise SystemExit(main())

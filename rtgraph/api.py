@@ -18,15 +18,15 @@ from typing import Any
 
 import numpy as np
 
-from .device import DeviceSpec
-from .ir import Program
-from .policies import StreamPolicy
-from .stream_program import StreamProgram
+from rtgraph.compiler.scheduling.policies import StreamPolicy
+from rtgraph.device.spec import DeviceSpec
+from rtgraph.ir.graph import Program
+from rtgraph.stream_program.program import StreamProgram
 
 
 def device(spec: str | DeviceSpec | None = None) -> DeviceSpec:
     """A device spec by name or path (default ``ascend-910b``), checked against the runtime."""
-    from .devspec import check_compatibility, load_device
+    from rtgraph.device import check_compatibility, load_device
 
     if isinstance(spec, DeviceSpec):
         return spec
@@ -47,7 +47,7 @@ def load(
     **kwparams: int,
 ) -> Program:
     """Parse and check a ``.rtg`` file; ``params`` (or keywords) override its parameters."""
-    from .frontend import load as _load
+    from rtgraph.frontend import load as _load
 
     merged = {**(params or {}), **kwparams}
     text_device = device
@@ -65,7 +65,7 @@ def parse(
     **kwparams: int,
 ) -> Program:
     """Parse and check program text."""
-    from .frontend import parse as _parse
+    from rtgraph.frontend import parse as _parse
 
     merged = {**(params or {}), **kwparams}
     program = _parse(text, filename, merged or None)
@@ -87,7 +87,7 @@ def compile(
     ``alloc`` is ``static`` (the memory plan ``memory``) or a run-time allocator: ``direct``,
     ``pool``, ``pytorch``, ``buddy`` or ``mixed`` (params direct, activations pooled).
     """
-    from .compiler import compile_program
+    from rtgraph.compiler.pipeline import compile_program
 
     spec = globals()["device"](device if device is not None else program.device)
     return compile_program(program, spec, streams=streams, memory=memory, alloc=alloc, check=check)
@@ -104,7 +104,7 @@ def run(
     **options: Any,
 ):
     """Run a stream program on the emulated device; returns the emulator's result."""
-    from .emulator import run as _run
+    from rtgraph.emulator import run as _run
 
     spec = globals()["device"](device if device is not None else program.device)
     return _run(

@@ -14,7 +14,7 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from .errors import RtgError, UsageError
+from rtgraph.errors import RtgError, UsageError
 
 
 class _Parser(argparse.ArgumentParser):
@@ -101,7 +101,7 @@ def _spec(args: argparse.Namespace, program):
     """The device spec the command runs on: --device (else the program's), with overrides."""
     from dataclasses import replace
 
-    from . import api
+    from rtgraph import api
 
     spec = api.device(args.device or program.device)
     batch = getattr(args, "batch_size", None)
@@ -113,13 +113,13 @@ def _spec(args: argparse.Namespace, program):
 
 
 def _load(args: argparse.Namespace):
-    from . import api
+    from rtgraph import api
 
     return api.load(args.file, _params(args.define), device=args.device)
 
 
 def _compile(args: argparse.Namespace, program=None):
-    from . import api
+    from rtgraph import api
 
     program = program if program is not None else _load(args)
     spec = _spec(args, program)
@@ -132,7 +132,7 @@ def _compile(args: argparse.Namespace, program=None):
 
 
 def _read_stream_program(path: str):
-    from .stream_program import StreamProgram
+    from rtgraph.stream_program.program import StreamProgram
 
     try:
         text = Path(path).read_text(encoding="utf-8")
@@ -142,7 +142,7 @@ def _read_stream_program(path: str):
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from . import api
+    from rtgraph import api
 
     if args.file.endswith(".json"):
         compiled = _read_stream_program(args.file)
@@ -160,7 +160,7 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _report_races(args: argparse.Namespace, compiled, spec) -> int:
     """Print every race of a stream program (exit 1), or that there are none (exit 0)."""
-    from .races import check_races, describe_race, fix_hint
+    from rtgraph.stream_program.races import check_races, describe_race, fix_hint
 
     report = check_races(
         compiled,
@@ -191,11 +191,11 @@ def _report_races(args: argparse.Namespace, compiled, spec) -> int:
 def cmd_compile(args: argparse.Namespace) -> int:
     compiled, _ = _compile(args)
     if args.emit == "listing":
-        from .listing import format_listing
+        from rtgraph.stream_program.listing import format_listing
 
         text = format_listing(compiled)
     elif args.emit == "dot":
-        from .listing import to_dot
+        from rtgraph.stream_program.listing import to_dot
 
         text = to_dot(compiled)
     else:
@@ -208,12 +208,12 @@ def cmd_compile(args: argparse.Namespace) -> int:
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from .interpreter import load_npz
+    from rtgraph.ir.interpreter import evaluate, load_npz
 
     program = _load(args)
     inputs = load_npz(args.inputs) if args.inputs else None
     params = load_npz(args.params) if args.params else None
-    outputs = program.evaluate(inputs=inputs, params=params, seed=args.seed)
+    outputs = evaluate(program, inputs=inputs, params=params, seed=args.seed)
     for name, value in outputs.items():
         print(
             f"{name}: {program.tensors[name].type}  mean {float(value.mean()):.6g}  "
@@ -223,8 +223,8 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from . import api
-    from .interpreter import load_npz
+    from rtgraph import api
+    from rtgraph.ir.interpreter import evaluate, load_npz
 
     program = _load(args)
     spec = _spec(args, program)
@@ -241,7 +241,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     report = {}
     if not args.timing_only:
-        reference = program.evaluate(inputs=inputs, params=params, seed=args.seed)
+        reference = evaluate(program, inputs=inputs, params=params, seed=args.seed)
         report = api.compare(result.outputs, reference)
     _write_reports(args, result, compiled, spec)
     if args.json:
@@ -251,7 +251,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         data["policy"] = compiled.meta.get("policy")
         print(json.dumps(data, indent=1))
     else:
-        from .listing import compile_report
+        from rtgraph.stream_program.listing import compile_report
 
         print(result.summary())
         print()
@@ -285,39 +285,39 @@ def _window(text: str | None) -> tuple[float, float] | None:
 def _write_reports(args: argparse.Namespace, result, compiled, spec) -> None:
     """The pictures and traces a run was asked for (each file written whole or not at all)."""
     if getattr(args, "trace", None):
-        from .reports.trace import write_trace
+        from rtgraph.reports.trace import write_trace
 
         write_trace(args.trace, result, compiled, spec)
     if getattr(args, "timeline", None):
-        from .reports.timeline import plot_timeline, save_figure
+        from rtgraph.reports.timeline import plot_timeline, save_figure
 
         figure = plot_timeline(result, compiled, window=_window(args.window), device=spec)
         save_figure(figure, args.timeline)
     if getattr(args, "memory_map", None):
-        from .reports.style import save_figure
+        from rtgraph.reports.style import save_figure
 
         if compiled.memory.policy.startswith("runtime:"):
-            from .reports.allocviz import plot_allocation_map as plot_map
+            from rtgraph.reports.allocviz import plot_allocation_map as plot_map
         else:
-            from .reports.memoryviz import plot_memory_map as plot_map
+            from rtgraph.reports.memoryviz import plot_memory_map as plot_map
         save_figure(plot_map(compiled, result), args.memory_map)
     if getattr(args, "memory_plot", None):
-        from .reports.style import save_figure
+        from rtgraph.reports.style import save_figure
 
         if compiled.memory.policy.startswith("runtime:"):
-            from .reports.allocviz import plot_allocator_memory as plot_use
+            from rtgraph.reports.allocviz import plot_allocator_memory as plot_use
         else:
-            from .reports.memoryviz import plot_memory as plot_use
+            from rtgraph.reports.memoryviz import plot_memory as plot_use
         save_figure(plot_use(compiled, result), args.memory_plot)
     if getattr(args, "advise", False):
-        from .reports.advisor import advise, format_advice
+        from rtgraph.reports.advisor import advise, format_advice
 
         print(format_advice(advise(result, compiled, spec)))
 
 
 def cmd_advise(args: argparse.Namespace) -> int:
-    from . import api
-    from .reports.advisor import advise, format_advice
+    from rtgraph import api
+    from rtgraph.reports.advisor import advise, format_advice
 
     program = _load(args)
     spec = _spec(args, program)
@@ -328,7 +328,7 @@ def cmd_advise(args: argparse.Namespace) -> int:
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from .reports.profiler import profile, write_csvs
+    from rtgraph.reports.profiler import profile, write_csvs
 
     program = _load(args)
     spec = _spec(args, program)
@@ -344,9 +344,9 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def cmd_viz(args: argparse.Namespace) -> int:
-    from . import api
-    from .reports.dagviz import plot_dag, plot_dag_compare
-    from .reports.timeline import save_figure
+    from rtgraph import api
+    from rtgraph.reports.dagviz import plot_dag, plot_dag_compare
+    from rtgraph.reports.timeline import save_figure
 
     program = _load(args)
     spec = _spec(args, program)
@@ -366,7 +366,7 @@ def cmd_viz(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from .bench import ALLOC_MODES, MEMORY_PLANS, POLICIES, bench
+    from rtgraph.bench.run import ALLOC_MODES, MEMORY_PLANS, POLICIES, bench
 
     def listed(value: str | None, default: Sequence[str]) -> list[str]:
         return [v for v in value.split(",") if v] if value else list(default)
@@ -382,7 +382,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     )
     text = json.dumps(report.to_json(), indent=1) if args.json else report.markdown()
     if args.figure:
-        from .reports.style import save_figure
+        from rtgraph.reports.style import save_figure
 
         save_figure(report.figure(), args.figure)
     if args.output:
@@ -396,7 +396,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_plan_memory(args: argparse.Namespace) -> int:
-    from .memplan import greedy_by_size, plan, read_records_csv
+    from rtgraph.compiler.memplan import greedy_by_size, plan, read_records_csv
 
     records = read_records_csv(args.records)
     placement = plan(records, alignment=args.alignment, method=args.method)
@@ -423,7 +423,7 @@ def cmd_plan_memory(args: argparse.Namespace) -> int:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    from .devspec import describe, list_devices
+    from rtgraph.device import describe, list_devices
 
     print(
         describe(list_devices())
@@ -449,7 +449,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="rtgraph", description=__doc__.splitlines()[0])
-    from . import __version__
+    from rtgraph import __version__
 
     parser.add_argument("--version", action="version", version=f"rtgraph {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)

@@ -10,7 +10,9 @@ bit for bit.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 
@@ -90,3 +92,26 @@ def promote(a: str, b: str) -> str | None:
     instruction takes one element type); a ``cast`` says where a conversion happens.
     """
     return a if a == b else None
+
+
+@dataclass(frozen=True)
+class TensorType:
+    """Shape and element type of a tensor. A scalar has shape ``()``."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+    @cached_property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @cached_property
+    def nbytes(self) -> int:
+        return self.size * DTYPES[self.dtype].itemsize
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    def __str__(self) -> str:
+        return f"{self.dtype}[{', '.join(map(str, self.shape))}]"

@@ -11,9 +11,9 @@ from hypothesis import strategies as st
 from strategies import programs
 
 import rtgraph
-from rtgraph.bounds import makespan_lower_bound, preemptive_one_machine
 from rtgraph.compiler import compile_program
-from rtgraph.devspec import load_device
+from rtgraph.compiler.bounds import makespan_lower_bound, preemptive_one_machine
+from rtgraph.device import load_device
 from rtgraph.emulator import run
 
 TOY = load_device("toy")
@@ -107,7 +107,7 @@ def test_inputs_on_one_link_arrive_one_after_another(monkeypatch):
     first = NPU.host.ioctl_us + NPU.host.submit_us
     delay = NPU.unit("dma").launch_us + NPU.host.link_latency_us
     assert bound.critical_path >= first + delay + 2 * copy + delay + copy
-    monkeypatch.setattr("rtgraph.bounds.MAX_ORDERS", 1)  # no orders: each copy alone
+    monkeypatch.setattr("rtgraph.compiler.bounds.MAX_ORDERS", 1)  # no orders: each copy alone
     assert makespan_lower_bound(program, NPU).critical_path < bound.critical_path - copy / 2
 
 

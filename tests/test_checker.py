@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import rtgraph
 from rtgraph.errors import CapacityError, RtgError
 from rtgraph.frontend import checker, emit, load, parse
 from rtgraph.ir import BarrierNode, CallbackNode, OpNode, RecordNode, SyncNode, TensorType, WaitNode
@@ -130,7 +131,7 @@ def test_address_conflict_model() -> None:
 @pytest.mark.parametrize("path", sorted(MODELS.glob("*.rtg")), ids=lambda p: p.stem)
 def test_models_print(path: Path) -> None:
     p = load(path)
-    listing = str(p)
+    listing = rtgraph.format_program(p)
     assert listing.startswith(f"program {p.name}(")
     for name in p.outputs:
         assert f"  output {name}" in listing
@@ -155,7 +156,7 @@ def test_the_ir_computes_what_the_source_says() -> None:
     )
     rng = np.random.default_rng(0)
     x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((8, 8), (8, 8), (8,)))
-    out = p.evaluate(inputs={"x": x}, params={"w": w, "b": b})
+    out = rtgraph.evaluate(p, inputs={"x": x}, params={"w": w, "b": b})
     expected = ((np.maximum(x @ w + b, 0) * np.float32(0.5)) - np.float32(1.0)).T
     np.testing.assert_allclose(out["y"], expected, rtol=1e-6)
 
@@ -497,7 +498,7 @@ def test_listing() -> None:
         }
         """
     )
-    assert str(p).splitlines() == [
+    assert rtgraph.format_program(p).splitlines() == [
         'program p(N=2)  device "toy"',
         "  input  x : f32[2, 4] @pageable",
         "  param  w : f32[4, 4] @direct",
@@ -567,7 +568,7 @@ def test_every_op_of_the_language_checks_and_runs() -> None:
     }  # fmt: skip
     assert {name: ty(p, name).shape for name in p.outputs} == expected
     assert ty(p, "ca").dtype == "bf16" and ty(p, "wh").dtype == "f32"
-    out = p.evaluate(seed=3)
+    out = rtgraph.evaluate(p, seed=3)
     assert {name: out[name].shape for name in out} == expected
-    m = p.evaluate(seed=3, inputs={"m": np.arange(64, dtype=np.float32).reshape(8, 8)})
+    m = rtgraph.evaluate(p, seed=3, inputs={"m": np.arange(64, dtype=np.float32).reshape(8, 8)})
     np.testing.assert_array_equal(m["sl"], np.arange(8, 56, dtype=np.float32).reshape(6, 8))

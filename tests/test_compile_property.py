@@ -22,10 +22,10 @@ from strategies import programs
 
 import rtgraph
 from rtgraph.compiler import compile_program
-from rtgraph.devspec import load_device
-from rtgraph.listing import format_listing
-from rtgraph.races import check_races
+from rtgraph.device import load_device
 from rtgraph.stream_program import Barrier, StreamProgram, Wait
+from rtgraph.stream_program.listing import format_listing
+from rtgraph.stream_program.races import check_races
 
 POLICIES = ["single", "by-unit", "by-unit:2", "list"]
 MEMORY = ["none", "greedy", "stream-ordered", "timed"]
@@ -146,7 +146,7 @@ def test_emulated_results_equal_the_reference_bit_for_bit(program, policy, memor
     dynamic race detector silent."""
     from rtgraph.emulator import run
 
-    reference = program.evaluate(seed=3)
+    reference = rtgraph.evaluate(program, seed=3)
     for device in (TOY, REORDER):
         sp = compile_program(program, device, streams=policy, memory=memory)
         result = run(sp, device, seed=3)

@@ -10,7 +10,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rtgraph.costmodel import (
+from rtgraph.device import DeviceSpec, load_device
+from rtgraph.errors import DeviceSpecError
+from rtgraph.timing.costmodel import (
     MIN_CORE_WORK_US,
     block_dim_for,
     compute_us,
@@ -18,9 +20,6 @@ from rtgraph.costmodel import (
     estimate_us,
     memory_us,
 )
-from rtgraph.device import DeviceSpec
-from rtgraph.devspec import load_device
-from rtgraph.errors import DeviceSpecError
 
 TOY = load_device("toy")
 A2 = load_device("ascend-910b")

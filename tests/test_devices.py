@@ -12,7 +12,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from rtgraph.device import DeviceSpec
-from rtgraph.devspec import (
+from rtgraph.device.load import (
     RUNTIME_VERSION,
     SCHEMA,
     UNIT_KINDS,
@@ -30,7 +30,7 @@ from rtgraph.devspec import (
 from rtgraph.errors import DeviceSpecError
 
 ROOT = Path(__file__).resolve().parent.parent
-TOY_TEXT = (ROOT / "rtgraph" / "devices" / "toy.toml").read_text(encoding="utf-8")
+TOY_TEXT = (ROOT / "rtgraph" / "device" / "specs" / "toy.toml").read_text(encoding="utf-8")
 
 
 def write(folder: Path, name: str, text: str) -> Path:
@@ -58,7 +58,7 @@ def test_every_shipped_spec_loads_and_suits_the_current_runtime(name):
     assert spec.name == name
     assert set(spec.units) >= {"cube", "vector", "dma"}
     assert spec.sources, "every shipped spec says where its figures come from"
-    assert spec.source == f"rtgraph/devices/{name}.toml"
+    assert spec.source == f"rtgraph/device/specs/{name}.toml"
     check_compatibility(spec)  # raises if not
     check_compatibility(spec, RUNTIME_VERSION)
 

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from emulator_programs import ProgramBuilder, toy
 
-from rtgraph.data import generate
 from rtgraph.dtypes import round_bf16
 from rtgraph.emulator import run
 from rtgraph.errors import InputError, KernelFault
+from rtgraph.ir.data import generate
 from rtgraph.stream_program import Operand
 
 

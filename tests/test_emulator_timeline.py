@@ -9,8 +9,8 @@ import dataclasses
 import pytest
 from emulator_programs import ProgramBuilder, toy
 
-from rtgraph.costmodel import estimate_us
 from rtgraph.emulator import run
+from rtgraph.timing.costmodel import estimate_us
 
 FREE_SUBMIT = {"ioctl_us": 0.0}  # submission costs nothing: only the device matters
 

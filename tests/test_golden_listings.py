@@ -14,7 +14,7 @@ import pytest
 from conftest import MODELS, ROOT
 
 import rtgraph
-from rtgraph.listing import format_listing
+from rtgraph.stream_program.listing import format_listing
 
 GOLDEN = ROOT / "tests" / "golden"
 CASES = [

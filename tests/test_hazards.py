@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rtgraph.hazards import AccessTracker
+from rtgraph.stream_program.hazards import AccessTracker
 
 
 def kinds(conflicts):

@@ -8,9 +8,10 @@ import pytest
 from hypothesis import given, settings
 from strategies import programs
 
-from rtgraph.data import generate
+import rtgraph
 from rtgraph.errors import CapacityError, InputError
 from rtgraph.ir import OpNode, Program, Tensor, TensorType
+from rtgraph.ir.data import generate
 
 # The same computations as plain NumPy, written independently of the op catalogue.
 NUMPY = {
@@ -60,7 +61,7 @@ def numpy_reference(program: Program, seed: int) -> dict[str, np.ndarray]:
 @given(programs(max_ops=10))
 @settings(max_examples=60)
 def test_random_programs_equal_direct_numpy(program):
-    got = program.evaluate(seed=5)
+    got = rtgraph.evaluate(program, seed=5)
     want = numpy_reference(program, seed=5)
     for name in program.outputs:
         assert got[name].dtype == want[name].dtype == np.float32
@@ -77,13 +78,13 @@ def _tiny():
 def test_supplied_inputs_are_used_and_checked():
     program = _tiny()
     x = np.array([[-1, 2, -3], [4, -5, 6]], dtype=np.float32)
-    assert np.array_equal(program.evaluate(inputs={"x": x})["y"], np.maximum(x, 0))
+    assert np.array_equal(rtgraph.evaluate(program, inputs={"x": x})["y"], np.maximum(x, 0))
     with pytest.raises(InputError, match="shape"):
-        program.evaluate(inputs={"x": np.zeros((3, 2), np.float32)})
+        rtgraph.evaluate(program, inputs={"x": np.zeros((3, 2), np.float32)})
     with pytest.raises(InputError, match="declares no such input"):
-        program.evaluate(inputs={"z": x})
+        rtgraph.evaluate(program, inputs={"z": x})
     with pytest.raises(InputError, match="not numeric"):
-        program.evaluate(inputs={"x": np.array([["a"] * 3] * 2)})
+        rtgraph.evaluate(program, inputs={"x": np.array([["a"] * 3] * 2)})
 
 
 def test_generated_data_depends_only_on_seed_and_name():
@@ -97,4 +98,4 @@ def test_generated_data_depends_only_on_seed_and_name():
 def test_programs_too_large_for_host_memory_are_refused_before_allocating(monkeypatch):
     monkeypatch.setenv("RTGRAPH_HOST_MEMORY", "16")
     with pytest.raises(CapacityError, match="host memory"):
-        _tiny().evaluate()
+        rtgraph.evaluate(_tiny())

@@ -13,10 +13,10 @@ from conftest import SHARED_BENCHMARKS
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rtgraph.compiler.scheduling import Job, list_schedule, lower_bound, read_stg
+from rtgraph.compiler.scheduling.heft import heft, read_heft_csvs
+from rtgraph.compiler.scheduling.stg import parse_stg
 from rtgraph.errors import CheckError, InputError
-from rtgraph.scheduling import Job, list_schedule, lower_bound, read_stg
-from rtgraph.scheduling.heft import heft, read_heft_csvs
-from rtgraph.scheduling.stg import parse_stg
 
 STG = SHARED_BENCHMARKS / "stg"
 

@@ -11,8 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rtgraph.errors import InputError
-from rtgraph.memplan import (
+from rtgraph.compiler.memplan import (
     Placement,
     Record,
     build_problem,
@@ -24,8 +23,9 @@ from rtgraph.memplan import (
     read_records_csv,
     write_offsets_csv,
 )
-from rtgraph.memplan.greedy import PREORDERS, preorder_ranks, skyline_offsets
-from rtgraph.memplan.search import Outcome, fits_within
+from rtgraph.compiler.memplan.greedy import PREORDERS, preorder_ranks, skyline_offsets
+from rtgraph.compiler.memplan.search import Outcome, fits_within
+from rtgraph.errors import InputError
 
 SHARED_BENCHMARKS = Path(
     os.environ.get(
@@ -122,7 +122,7 @@ def test_every_method_gives_a_sound_placement(records, alignment):
 @settings(max_examples=60)
 @given(records=records_strategy, alignment=st.sampled_from([1, 4, 16]))
 def test_dense_problems_are_placed_soundly_without_pair_lists(records, alignment):
-    import rtgraph.memplan.planner as planner
+    import rtgraph.compiler.memplan.planner as planner
 
     saved, planner.MAX_PAIRS = planner.MAX_PAIRS, 0
     try:

@@ -15,7 +15,7 @@ import pytest
 from conftest import MODELS
 
 import rtgraph
-from rtgraph.interpreter import host_values
+from rtgraph.ir.interpreter import host_values
 
 POLICIES = ("single", "by-unit", "by-unit:2", "list")
 DEVICE = "ascend-910b"
@@ -52,7 +52,7 @@ def test_model_says_what_it_is_in_its_header(name):
 @pytest.mark.parametrize("name", ALL_MODELS)
 def test_model_compiles_under_every_policy_and_runs_bit_equal(name):
     program = load(name, **SMALL.get(name, {}))
-    reference = program.evaluate(seed=3)
+    reference = rtgraph.evaluate(program, seed=3)
     for policy in POLICIES:
         compiled = rtgraph.compile(program, device=DEVICE, streams=policy, check=True)
         result = rtgraph.run(compiled, device=DEVICE, seed=3)
@@ -125,7 +125,7 @@ def test_attention_is_textbook_multi_head_attention():
     params = SMALL["attention"]
     program = load("attention", **params)
     values = host_values(program, None, None, 5)
-    out = program.evaluate(seed=5)
+    out = rtgraph.evaluate(program, seed=5)
     groups = sum(1 for t in program.tensors if t.startswith("wq["))
     assert groups == 3  # H = 12 heads in groups of G = 4
     for r in range(4):
@@ -137,7 +137,7 @@ def test_transformer_block_is_pre_norm_attention_plus_gelu_feed_forward():
     params = SMALL["transformer_block"]
     program = load("transformer_block", **params)
     values = host_values(program, None, None, 7)
-    out = program.evaluate(seed=7)
+    out = rtgraph.evaluate(program, seed=7)
     groups = sum(1 for t in program.tensors if t.startswith("wq["))
     chunks = sum(1 for t in program.tensors if t.startswith("w1["))
     assert chunks == 2
@@ -156,7 +156,7 @@ def test_llm_decode_attends_over_the_cache_plus_the_new_token():
     params = SMALL["llm_decode"]
     program = load("llm_decode", **params)
     values = host_values(program, None, None, 11)
-    (logits,) = program.evaluate(seed=11).values()
+    (logits,) = rtgraph.evaluate(program, seed=11).values()
     H, D = params["H"], params["D"]
     E = D // H
 
@@ -188,7 +188,7 @@ def test_resnet_bottleneck_is_reduce_conv_expand_with_identity_shortcut():
     params = SMALL["resnet_bottleneck"]
     program = load("resnet_bottleneck", **params)
     values = host_values(program, None, None, 13)
-    out = program.evaluate(seed=13)
+    out = rtgraph.evaluate(program, seed=13)
 
     def conv(x, w, pad):
         xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
@@ -219,7 +219,7 @@ def test_unet_block_keeps_its_nchw_shape_and_attends_over_positions():
     program = load("unet_block", **params)
     ops = [n.op for n in program.op_nodes()]
     assert ops.count("conv2d") == 2 and ops.count("groupnorm") == 3 and "softmax" in ops
-    (y,) = program.evaluate(seed=2).values()
+    (y,) = rtgraph.evaluate(program, seed=2).values()
     assert y.shape == (params["N"], params["C"], params["HW"], params["HW"])
     assert np.isfinite(np.asarray(y, dtype=np.float64)).all()
 

@@ -13,13 +13,13 @@ from strategies import programs
 
 import rtgraph
 from rtgraph.compiler import compile_program
-from rtgraph.devspec import load_device
+from rtgraph.compiler.passes.assign_streams import assign_streams
+from rtgraph.compiler.passes.find_hazards import find_hazards
+from rtgraph.compiler.passes.lower import lower
+from rtgraph.compiler.passes.plan_memory import plan_memory
+from rtgraph.compiler.scheduling.order_search import Replay, improve_order
+from rtgraph.device import load_device
 from rtgraph.emulator import run
-from rtgraph.order_search import Replay, improve_order
-from rtgraph.passes.assign_streams import assign_streams
-from rtgraph.passes.find_hazards import find_hazards
-from rtgraph.passes.lower import lower
-from rtgraph.passes.plan_memory import plan_memory
 
 NPU = load_device("ascend-910b")
 FREE_HOST = replace(NPU, host=replace(NPU.host, ioctl_us=0.0, submit_us=0.0))

@@ -19,11 +19,11 @@ from strategies import programs
 
 import rtgraph
 from rtgraph.compiler import compile_program
-from rtgraph.devspec import load_device
+from rtgraph.compiler.passes.order_submissions import order_submissions
+from rtgraph.device import load_device
 from rtgraph.emulator import run
-from rtgraph.passes.order_submissions import order_submissions
-from rtgraph.races import check_races
 from rtgraph.stream_program import Alloc, Free, Record, Sync, Wait
+from rtgraph.stream_program.races import check_races
 
 TOY = load_device("toy")
 UNBATCHED = replace(TOY, host=replace(TOY.host, batch_size=1))  # the pass leaves order alone
@@ -78,7 +78,7 @@ def test_reordering_keeps_stream_event_and_host_order_and_the_results(program, p
     ordered = order_submissions(plain, batch_size=batch)
     assert_same_program(plain, ordered)
     assert check_races(ordered).ok
-    reference = program.evaluate(seed=1)
+    reference = rtgraph.evaluate(program, seed=1)
     result = run(ordered, TOY, seed=1)
     assert not result.races
     for name, want in reference.items():

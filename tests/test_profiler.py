@@ -201,7 +201,7 @@ def test_op_statistic_adds_up(tmp_path):
 
 @pytest.mark.parametrize("mode", ["task_trace", "op_trace"])
 def test_overhead_is_measured_and_within_the_devices_setting(mode):
-    from rtgraph.devspec import load_device
+    from rtgraph.device import load_device
 
     program = two_stream_program()
     for device in (toy(), load_device("ascend-910b")):

@@ -11,10 +11,10 @@ from conftest import MODELS
 import rtgraph
 from rtgraph.cli import main
 from rtgraph.compiler import compile_program
-from rtgraph.devspec import load_device
+from rtgraph.device import load_device
 from rtgraph.emulator import run
-from rtgraph.races import check_races
 from rtgraph.stream_program import Barrier, Wait
+from rtgraph.stream_program.races import check_races
 
 
 def test_overlap_model_is_race_free(capsys):
@@ -80,7 +80,7 @@ def test_reorder_window_needs_barriers_and_a_missing_one_corrupts_results(reorde
     barriers = [i for i, c in enumerate(sp.commands) if isinstance(c, Barrier)]
     assert barriers, "same-stream hazards on a reordering device need barrier marks"
     assert check_races(sp, reorder=True).ok
-    reference = program.evaluate(seed=1)
+    reference = rtgraph.evaluate(program, seed=1)
     good = run(sp, reorder_device, seed=1)
     assert not good.races
     assert np.array_equal(good.outputs["w"], reference["w"])

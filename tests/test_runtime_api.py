@@ -15,8 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rtgraph import runtime as rt
-from rtgraph.costmodel import block_dim_for
-from rtgraph.devspec import list_devices, load_device
+from rtgraph.device import list_devices, load_device
 from rtgraph.errors import (
     CheckError,
     DeviceError,
@@ -29,6 +28,7 @@ from rtgraph.errors import (
 from rtgraph.ir import TensorType
 from rtgraph.ops.registry import all_ops
 from rtgraph.runtime import ops, state
+from rtgraph.timing.costmodel import block_dim_for
 
 N = 64
 

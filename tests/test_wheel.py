@@ -45,7 +45,7 @@ def test_wheel_contains_the_grammar_and_device_specs(wheel):
     names = zipfile.ZipFile(wheel).namelist()
     assert "rtgraph/grammars/rtg.lark" in names
     for device in ("ascend-910b", "ascend-310p", "toy"):
-        assert f"rtgraph/devices/{device}.toml" in names
+        assert f"rtgraph/device/specs/{device}.toml" in names
 
 
 def test_installed_wheel_runs_from_another_directory(wheel, tmp_path):

@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import inspect
 
-from ..device import MemorySpec
-from ..errors import DeviceError, did_you_mean
-from .base import Allocation, Allocator, BlockInfo, SegmentInfo, TraceEntry
-from .buddy import BuddyAllocator
-from .caching_pool import CachingPool, PyTorchCachingAllocator
-from .direct import DirectAllocator, aclrt_malloc_size
-from .snapshot import build_snapshot, load_snapshot, to_json, write_snapshot
-from .stats import recount
+from rtgraph.alloc.base import Allocation, Allocator, BlockInfo, SegmentInfo, TraceEntry
+from rtgraph.alloc.buddy import BuddyAllocator
+from rtgraph.alloc.caching_pool import CachingPool, PyTorchCachingAllocator
+from rtgraph.alloc.direct import DirectAllocator, aclrt_malloc_size
+from rtgraph.alloc.snapshot import build_snapshot, load_snapshot, to_json, write_snapshot
+from rtgraph.alloc.stats import recount
+from rtgraph.device.spec import MemorySpec
+from rtgraph.errors import DeviceError, did_you_mean
 
 KINDS: tuple[str, ...] = ("direct", "pool", "pytorch", "buddy")
 

@@ -26,9 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
-from ..errors import DeviceError, OutOfMemoryError
-from .driver import DEFAULT_BASE_ADDRESS, DeviceDriver
-from .stats import StatBook, free_space
+from rtgraph.alloc.driver import DEFAULT_BASE_ADDRESS, DeviceDriver
+from rtgraph.alloc.stats import StatBook, free_space
+from rtgraph.errors import DeviceError, OutOfMemoryError
 
 BlockState = Literal["active_allocated", "active_pending_free", "inactive"]
 PoolName = Literal["small_pool", "large_pool"]
@@ -173,7 +173,7 @@ class Allocator(ABC):
 
     def snapshot(self) -> dict:
         """Segments, blocks and the action trace in PyTorch's ``_snapshot()`` layout."""
-        from .snapshot import build_snapshot
+        from rtgraph.alloc.snapshot import build_snapshot
 
         return build_snapshot(self)
 

@@ -19,9 +19,16 @@ from bisect import bisect_left, insort
 from collections.abc import Callable
 from typing import NamedTuple
 
-from ..errors import DeviceError
-from .base import Allocation, Allocator, BlockInfo, SegmentInfo, check_power_of_two, check_stream
-from .driver import DEFAULT_BASE_ADDRESS
+from rtgraph.alloc.base import (
+    Allocation,
+    Allocator,
+    BlockInfo,
+    SegmentInfo,
+    check_power_of_two,
+    check_stream,
+)
+from rtgraph.alloc.driver import DEFAULT_BASE_ADDRESS
+from rtgraph.errors import DeviceError
 
 
 class _Live(NamedTuple):

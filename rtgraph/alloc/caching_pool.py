@@ -33,8 +33,7 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Iterator
 from typing import Literal, NamedTuple
 
-from ..errors import DeviceError
-from .base import (
+from rtgraph.alloc.base import (
     Allocation,
     Allocator,
     BlockInfo,
@@ -45,8 +44,9 @@ from .base import (
     check_power_of_two,
     check_stream,
 )
-from .driver import DEFAULT_BASE_ADDRESS
-from .pool_policies import K_LARGE_BUFFER, PoolPolicy, PyTorchPolicy
+from rtgraph.alloc.driver import DEFAULT_BASE_ADDRESS
+from rtgraph.alloc.pool_policies import K_LARGE_BUFFER, PoolPolicy, PyTorchPolicy
+from rtgraph.errors import DeviceError
 
 FREE: BlockState = "inactive"
 LIVE: BlockState = "active_allocated"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .base import (
+from rtgraph.alloc.base import (
     Allocation,
     Allocator,
     BlockInfo,
@@ -26,7 +26,7 @@ from .base import (
     check_stream,
     round_up,
 )
-from .driver import DEFAULT_BASE_ADDRESS
+from rtgraph.alloc.driver import DEFAULT_BASE_ADDRESS
 
 
 def aclrt_malloc_size(

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import MiB, PoolName, round_up
+from rtgraph.alloc.base import MiB, PoolName, round_up
 
 K_MIN_BLOCK_SIZE = 512  # all sizes are rounded to at least 512 bytes
 K_SMALL_SIZE = 1 * MiB  # largest "small" allocation

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from .base import Allocator, BlockInfo
+    from rtgraph.alloc.base import Allocator, BlockInfo
 
 _SEGMENT_TYPE = {"small_pool": "small", "large_pool": "large"}
 

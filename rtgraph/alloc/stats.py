@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 if TYPE_CHECKING:
-    from .base import BlockInfo
+    from rtgraph.alloc.base import BlockInfo
 
 POOLS: tuple[str, ...] = ("all", "small_pool", "large_pool")
 COUNT_STATS: tuple[str, ...] = ("allocation", "segment", "active")

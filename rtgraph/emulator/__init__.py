@@ -7,8 +7,8 @@ kernels (:mod:`.numerics`), the dynamic race detector (:mod:`.races`) and the re
 (:mod:`.results`). Semantics: docs/emulator.md.
 """
 
-from .races import ObservedRace
-from .results import (
+from rtgraph.emulator.races import ObservedRace
+from rtgraph.emulator.results import (
     EventRecordTime,
     EventWaitTime,
     HostActivity,
@@ -17,7 +17,7 @@ from .results import (
     StreamStats,
     TaskRecord,
 )
-from .simulate import run
+from rtgraph.emulator.simulate import run
 
 __all__ = [
     "EventRecordTime",

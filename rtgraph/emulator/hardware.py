@@ -29,14 +29,14 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING, Any
 
-from ..device import DeviceSpec
-from ..errors import KernelFault, RtgError
-from ..stream_program import Command, StreamProgram
-from .engine import DISPATCH, Engine
-from .timing import HbmTimer, TaskCosts
+from rtgraph.device.spec import DeviceSpec
+from rtgraph.errors import KernelFault, RtgError
+from rtgraph.stream_program.program import Command, StreamProgram
+from rtgraph.timing.engine import DISPATCH, Engine
+from rtgraph.timing.task_costs import HbmTimer, TaskCosts
 
 if TYPE_CHECKING:
-    from .numerics import Numerics
+    from rtgraph.emulator.numerics import Numerics
 
 # Entry kinds and states.
 LAUNCH, RECORD, WAIT, BARRIER, CALLBACK = range(5)

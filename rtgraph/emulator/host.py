@@ -31,9 +31,19 @@ from __future__ import annotations
 from collections.abc import Callable, Generator
 from typing import Any
 
-from ..device import DeviceSpec
-from ..errors import DeviceError, StreamProgramError
-from ..stream_program import (
+from rtgraph.device.spec import DeviceSpec
+from rtgraph.emulator.hardware import (
+    BARRIER,
+    CALLBACK,
+    LAUNCH,
+    RECORD,
+    WAIT,
+    Entry,
+    Hardware,
+    StreamState,
+)
+from rtgraph.errors import DeviceError, StreamProgramError
+from rtgraph.stream_program.program import (
     Alloc,
     Barrier,
     Callback,
@@ -44,8 +54,7 @@ from ..stream_program import (
     Sync,
     Wait,
 )
-from .engine import HOST, STATE, Engine
-from .hardware import BARRIER, CALLBACK, LAUNCH, RECORD, WAIT, Entry, Hardware, StreamState
+from rtgraph.timing.engine import HOST, STATE, Engine
 
 # A host step yields a delay (µs) or a predicate to block on until it holds.
 Request = float | Callable[[], bool]

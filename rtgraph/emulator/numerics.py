@@ -13,7 +13,7 @@ finish; ``d2h`` reads device memory at start and delivers the host output at fin
 task (injected fault, non-finite result under ``check_finite``) writes nothing.
 
 Inputs and params not supplied are generated exactly as the reference interpreter generates
-them (:func:`rtgraph.data.generate`, seeded by name), so a race-free program reproduces the
+them (:func:`rtgraph.ir.data.generate`, seeded by name), so a race-free program reproduces the
 interpreter's outputs bit for bit.
 """
 
@@ -24,12 +24,12 @@ from typing import Any
 
 import numpy as np
 
-from ..data import generate
-from ..dtypes import DTYPES, from_storage, to_storage, to_value
-from ..errors import DeviceError, InputError, StreamProgramError, did_you_mean
-from ..ir import TensorType
-from ..ops.registry import lookup, run_kernel
-from ..stream_program import HostTensor, Operand, StreamProgram, Task
+from rtgraph.dtypes import DTYPES, from_storage, to_storage, to_value
+from rtgraph.errors import DeviceError, InputError, StreamProgramError, did_you_mean
+from rtgraph.ir.data import generate
+from rtgraph.ir.graph import TensorType
+from rtgraph.ops.registry import lookup, run_kernel
+from rtgraph.stream_program.program import HostTensor, Operand, StreamProgram, Task
 
 # Plan kinds.
 _OP, _H2D, _D2H = 0, 1, 2

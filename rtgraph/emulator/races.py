@@ -4,7 +4,8 @@ Two tasks race in a run when their execution intervals ``[start, end)`` overlap 
 ranges conflict — one writes bytes the other reads or writes (the tasks' ``reads``/``writes``).
 The kind is named by issue order: the earlier-issued task writes and the later reads → RAW;
 reads then writes → WAR; both write → WAW. Unlike the static checker
-(:mod:`rtgraph.races`, happens-before over the program), this reports what *did* collide in
+(:mod:`rtgraph.stream_program.races`, happens-before over the program), this reports what *did*
+collide in
 one timeline, so a missing barrier that the schedule happened to hide is not reported here.
 
 Everything is vectorised: tasks sorted by start give, for each task, the contiguous run of

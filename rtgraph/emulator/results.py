@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from .races import ObservedRace
+from rtgraph.emulator.races import ObservedRace
 
 
 @dataclass(slots=True)
@@ -140,18 +140,6 @@ class RunResult:
     reference: dict[str, Any] | None = None
     stream_program: Any = field(default=None, repr=False, compare=False)
     device_spec: Any = field(default=None, repr=False, compare=False)
-
-    def plot_timeline(self, *, window: tuple[float, float] | None = None, **options: Any):
-        """This run's timeline as a matplotlib Figure (see :mod:`rtgraph.reports.timeline`).
-
-        A convenience for notebooks and tests: the drawing lives in the reports stage, which
-        is imported only when asked for.
-        """
-        from ..reports.timeline import plot_timeline
-
-        return plot_timeline(
-            self, self.stream_program, window=window, device=self.device_spec, **options
-        )
 
     def task(self, name: str) -> TaskRecord:
         """The record of the task called ``name`` (first match)."""

@@ -20,15 +20,12 @@ from numbers import Integral
 
 import numpy as np
 
-from ..device import DeviceSpec
-from ..errors import DeadlockError, RtgError, UsageError
-from ..stream_program import Barrier, Record, StreamProgram, Sync, Wait, validate
-from .engine import Engine
-from .hardware import Hardware
-from .host import Host
-from .numerics import Numerics
-from .races import detect_races
-from .results import (
+from rtgraph.device.spec import DeviceSpec
+from rtgraph.emulator.hardware import Hardware
+from rtgraph.emulator.host import Host
+from rtgraph.emulator.numerics import Numerics
+from rtgraph.emulator.races import detect_races
+from rtgraph.emulator.results import (
     EventRecordTime,
     EventWaitTime,
     HostActivity,
@@ -38,7 +35,10 @@ from .results import (
     TaskRecord,
     union_length,
 )
-from .timing import profile_stretch, task_costs
+from rtgraph.errors import DeadlockError, RtgError, UsageError
+from rtgraph.stream_program.program import Barrier, Record, StreamProgram, Sync, Wait, validate
+from rtgraph.timing.engine import Engine
+from rtgraph.timing.task_costs import profile_stretch, task_costs
 
 FAILURE_MODES = ("continue", "stop")
 

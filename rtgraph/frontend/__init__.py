@@ -13,10 +13,10 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import RtgError, RtgSyntaxError, Source, Span
-from ..ir import Program
-from .checker import check_module
-from .parser import parse_module
+from rtgraph.errors import RtgError, RtgSyntaxError, Source, Span
+from rtgraph.frontend.checker import check_module
+from rtgraph.frontend.parser import parse_module
+from rtgraph.ir.graph import Program
 
 __all__ = ["load", "parse", "parse_module"]
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import Source, Span
+from rtgraph.errors import Source, Span
 
 
 @dataclass(frozen=True, slots=True)

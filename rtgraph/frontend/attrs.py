@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..dtypes import DTYPES
-from ..errors import did_you_mean
-from ..ir import UNITS
-from .consteval import as_int
-from .values import Tensor, describe, is_number
+from rtgraph.dtypes import DTYPES
+from rtgraph.errors import did_you_mean
+from rtgraph.frontend.consteval import as_int
+from rtgraph.frontend.values import Tensor, describe, is_number
+from rtgraph.ir.graph import UNITS
 
 #: Kinds whose values are written as bare identifiers.
 SYMBOLIC_KINDS = ("dtype", "enum", "unit", "bool")

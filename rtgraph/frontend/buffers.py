@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..errors import CapacityError, CheckError, RtgError, Span
-from .emit import ADDRESS_LIMIT, format_bytes
+from rtgraph.errors import CapacityError, CheckError, RtgError, Span
+from rtgraph.frontend.emit import ADDRESS_LIMIT, format_bytes
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from ..errors import RtgError, RtgSyntaxError, Source, Span
-from . import ast
-from .lexer import Tok
+from rtgraph.errors import RtgError, RtgSyntaxError, Source, Span
+from rtgraph.frontend import ast
+from rtgraph.frontend.lexer import Tok
 
 #: Largest integer literal; compile-time arithmetic stays below it too.
 INT_LIMIT = 2**63 - 1

@@ -15,14 +15,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..dtypes import DTYPES
-from ..errors import CheckError, DTypeError, RtgError, ShapeError, Span, did_you_mean
-from ..ir import OpNode, Tensor, TensorType
-from ..ops import OpDef, OpError
-from . import ast, consteval
-from .attrs import SYMBOLIC_KINDS, AttrError, Symbol, convert
-from .emit import Diagnostics, IRBuilder
-from .values import POISON, Scope, Value, describe, format_number, is_number
+from rtgraph.dtypes import DTYPES
+from rtgraph.errors import CheckError, DTypeError, RtgError, ShapeError, Span, did_you_mean
+from rtgraph.frontend import ast, consteval
+from rtgraph.frontend.attrs import SYMBOLIC_KINDS, AttrError, Symbol, convert
+from rtgraph.frontend.emit import Diagnostics, IRBuilder
+from rtgraph.frontend.values import POISON, Scope, Value, describe, format_number, is_number
+from rtgraph.ir.graph import OpNode, Tensor, TensorType
+from rtgraph.ops import OpDef, OpError
 
 #: The IR name and user's name for the tensor an expression makes when it is bound.
 Bind = tuple[str, str]

@@ -11,17 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from ..errors import CheckError, RtgError, Span, did_you_mean
-from ..ir import Program, Tensor
-from ..ops import lookup
-from . import ast, consteval
-from .buffers import PlacedBuffer, check_placement
-from .calls import Bind
-from .emit import Diagnostics, IRBuilder, ProgramTooLarge
-from .functions import check_body, find_recursion
-from .parser import INT_LIMIT
-from .streams import StreamChecker
-from .values import POISON, Bound, FnRef, Scope, Value, describe
+from rtgraph.errors import CheckError, RtgError, Span, did_you_mean
+from rtgraph.frontend import ast, consteval
+from rtgraph.frontend.buffers import PlacedBuffer, check_placement
+from rtgraph.frontend.calls import Bind
+from rtgraph.frontend.emit import Diagnostics, IRBuilder, ProgramTooLarge
+from rtgraph.frontend.functions import check_body, find_recursion
+from rtgraph.frontend.parser import INT_LIMIT
+from rtgraph.frontend.streams import StreamChecker
+from rtgraph.frontend.values import POISON, Bound, FnRef, Scope, Value, describe
+from rtgraph.ir.graph import Program, Tensor
+from rtgraph.ops import lookup
 
 #: Statements run (loop iterations included) before checking gives up on a program.
 MAX_STEPS = 2_000_000

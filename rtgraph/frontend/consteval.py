@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 
-from .parser import INT_LIMIT
+from rtgraph.frontend.parser import INT_LIMIT
 
 Number = int | float
 

@@ -7,13 +7,22 @@ level of the program, never inside ``for``/``on`` blocks or functions.
 
 from __future__ import annotations
 
-from ..dtypes import DTYPES
-from ..errors import did_you_mean
-from ..ir import TensorType
-from . import ast, consteval
-from .buffers import PlacedBuffer
-from .expressions import ExpressionChecker
-from .values import POISON, Bound, ParamArray, Scope, Value, describe, format_number, is_number
+from rtgraph.dtypes import DTYPES
+from rtgraph.errors import did_you_mean
+from rtgraph.frontend import ast, consteval
+from rtgraph.frontend.buffers import PlacedBuffer
+from rtgraph.frontend.expressions import ExpressionChecker
+from rtgraph.frontend.values import (
+    POISON,
+    Bound,
+    ParamArray,
+    Scope,
+    Value,
+    describe,
+    format_number,
+    is_number,
+)
+from rtgraph.ir.graph import TensorType
 
 _INPUT_HINTS = {"pinned": True, "pageable": False}
 _PARAM_HINTS = ("direct", "cached")

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from ..errors import CapacityError, CheckError, RtgError, Span, raise_all
-from ..ir import CallbackNode, Node, OpNode, Tensor, TensorKind, TensorType
-from .values import format_number
+from rtgraph.errors import CapacityError, CheckError, RtgError, Span, raise_all
+from rtgraph.frontend.values import format_number
+from rtgraph.ir.graph import CallbackNode, Node, OpNode, Tensor, TensorKind, TensorType
 
 #: Bytes no tensor or buffer may reach, device or not: 256 TiB, beyond any real part.
 ADDRESS_LIMIT = 2**48

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..dtypes import DTYPES
-from ..errors import CheckError, Span, did_you_mean
-from ..ir import Tensor
-from ..ops import all_ops, lookup
-from . import ast, consteval
-from .calls import Bind, CallChecker
-from .values import POISON, FnRef, ParamArray, Value, describe, is_number
+from rtgraph.dtypes import DTYPES
+from rtgraph.errors import CheckError, Span, did_you_mean
+from rtgraph.frontend import ast, consteval
+from rtgraph.frontend.calls import Bind, CallChecker
+from rtgraph.frontend.values import POISON, FnRef, ParamArray, Value, describe, is_number
+from rtgraph.ir.graph import Tensor
+from rtgraph.ops import all_ops, lookup
 
 #: Deepest expression nesting checked (deeper input is refused, never a RecursionError).
 MAX_DEPTH = 200

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ..errors import CheckError
-from . import ast
-from .emit import Diagnostics
+from rtgraph.errors import CheckError
+from rtgraph.frontend import ast
+from rtgraph.frontend.emit import Diagnostics
 
 #: Statements that declare program-level things and so may not appear inside a function.
 _PROGRAM_ONLY = {

@@ -1,6 +1,8 @@
 """Text → :mod:`~rtgraph.frontend.ast`: the grammar, the fast LALR driver, the slow error path.
 
-The grammar (``rtgraph/grammars/rtg.lark``) is package data, compiled by lark once per process.
+The grammar (``grammars/rtg.lark``, installed as the package ``rtgraph.grammars``) is compiled
+by lark once per process.
+
 Parsing itself does not go through lark's generic parser loop, which at several microseconds a
 token could not read a 10,000-line program in well under a second: the text is tokenized by
 :mod:`~rtgraph.frontend.lexer` and driven through lark's own LALR table by :func:`_drive`,
@@ -19,16 +21,18 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
 
 from lark import Lark, Token
 from lark.exceptions import UnexpectedInput
 from lark.parsers.lalr_analysis import Shift
 
-from ..errors import RtgError, RtgSyntaxError, Source, Span
-from . import ast
-from .build_ast import INT_LIMIT, AstBuilder
-from .lexer import LexError, Tok, tokenize
-from .syntax_errors import syntax_error
+from rtgraph.errors import RtgError, RtgSyntaxError, Source, Span
+from rtgraph.frontend import ast
+from rtgraph.frontend.build_ast import INT_LIMIT, AstBuilder
+from rtgraph.frontend.lexer import LexError, Tok, tokenize
+from rtgraph.frontend.syntax_errors import syntax_error
 
 __all__ = ["INT_LIMIT", "grammar", "parse_module"]
 
@@ -99,12 +103,21 @@ class _Grammar:
     keywords: dict[str, str]
 
 
+def _grammar_text() -> str:
+    """The grammar's source: package data of an installed rtgraph, or, when rtgraph runs from a
+    source checkout that was not installed, the repository's own ``grammars/``."""
+    try:
+        found = resources.files("rtgraph.grammars").joinpath("rtg.lark")
+    except ModuleNotFoundError:
+        found = Path(__file__).resolve().parents[2] / "grammars" / "rtg.lark"
+    return found.read_text(encoding="utf-8")
+
+
 @functools.cache
 def grammar() -> _Grammar:
     """The grammar, compiled once per process."""
-    parser = Lark.open_from_package(
-        "rtgraph",
-        "grammars/rtg.lark",
+    parser = Lark(
+        _grammar_text(),
         parser="lalr",
         lexer="basic",
         keep_all_tokens=True,

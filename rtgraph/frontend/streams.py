@@ -10,12 +10,12 @@ rejects a wait on an event never recorded).
 
 from __future__ import annotations
 
-from ..errors import did_you_mean
-from ..ir import BarrierNode, CallbackNode, RecordNode, SyncNode, Tensor, WaitNode
-from . import ast
-from .calls import PRODUCED_KINDS
-from .declarations import DeclarationChecker
-from .values import POISON, EventRef, StreamRef, describe
+from rtgraph.errors import did_you_mean
+from rtgraph.frontend import ast
+from rtgraph.frontend.calls import PRODUCED_KINDS
+from rtgraph.frontend.declarations import DeclarationChecker
+from rtgraph.frontend.values import POISON, EventRef, StreamRef, describe
+from rtgraph.ir.graph import BarrierNode, CallbackNode, RecordNode, SyncNode, Tensor, WaitNode
 
 #: Stream priorities, as the runtime's (0 is the highest).
 PRIORITIES = range(8)

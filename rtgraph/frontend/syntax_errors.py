@@ -11,8 +11,8 @@ from __future__ import annotations
 from lark import Lark, Token
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
-from ..errors import RtgSyntaxError, Source, Span
-from .build_ast import short
+from rtgraph.errors import RtgSyntaxError, Source, Span
+from rtgraph.frontend.build_ast import short
 
 _WORDS = {
     "NAME": "a name",

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from ..errors import Span
-from ..ir import Tensor
-from . import ast
+from rtgraph.errors import Span
+from rtgraph.frontend import ast
+from rtgraph.ir.graph import Tensor
 
 
 @dataclass(frozen=True)

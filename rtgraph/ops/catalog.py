@@ -33,10 +33,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..dtypes import DTYPES
-from ..ir import TensorType
-from .registry import REQUIRED, AttrSpec, Cost, OpDef, OpError, register
-from .rules import (
+from rtgraph.dtypes import DTYPES, TensorType
+from rtgraph.ops.registry import REQUIRED, AttrSpec, Cost, OpDef, OpError, register
+from rtgraph.ops.rules import (
     Attrs,
     along,
     at_least,

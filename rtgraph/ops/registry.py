@@ -26,8 +26,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..dtypes import to_value
-from ..ir import TensorType
+from rtgraph.dtypes import TensorType, to_value
 
 AttrKind = Literal["int", "float", "bool", "ints", "dtype", "enum", "axes", "names", "unit"]
 REQUIRED: Any = object()
@@ -152,4 +151,4 @@ def run_kernel(
 
 def _load_catalog() -> None:
     if not OPS:
-        from . import catalog  # noqa: F401  (registers every op on import)
+        from rtgraph.ops import catalog  # noqa: F401  (registers every op on import)

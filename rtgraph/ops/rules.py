@@ -15,9 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from ..dtypes import DTYPES
-from ..ir import TensorType
-from .registry import Cost, OpError
+from rtgraph.dtypes import DTYPES, TensorType
+from rtgraph.ops.registry import Cost, OpError
 
 Attrs = Mapping[str, Any]
 Kernel = Callable[[Sequence[np.ndarray], Attrs], np.ndarray]

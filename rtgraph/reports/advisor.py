@@ -29,10 +29,10 @@ from typing import Any
 
 import numpy as np
 
-from ..device import DeviceSpec
-from ..emulator.results import RunResult, TaskRecord
-from ..stream_program import StreamProgram
-from .trace import step_function
+from rtgraph.device.spec import DeviceSpec
+from rtgraph.emulator.results import RunResult, TaskRecord
+from rtgraph.reports.trace import step_function
+from rtgraph.stream_program.program import StreamProgram
 
 CUBE_UTIL_LOW = 0.50
 VECTOR_UTIL_LOW = 0.40

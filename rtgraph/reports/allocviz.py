@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from matplotlib.figure import Figure
 
-from ..emulator.results import RunResult
-from ..stream_program import Alloc, Free, StreamProgram
-from .memoryviz import Block, _bytes_axis, plot_blocks
-from .style import bytes_label, new_figure
+from rtgraph.emulator.results import RunResult
+from rtgraph.reports.memoryviz import Block, _bytes_axis, plot_blocks
+from rtgraph.reports.style import bytes_label, new_figure
+from rtgraph.stream_program.program import Alloc, Free, StreamProgram
 
 
 def allocation_events(

@@ -23,9 +23,9 @@ from matplotlib.collections import LineCollection
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 
-from ..errors import StreamProgramError, UsageError
-from ..stream_program import StreamProgram, Wait
-from .style import new_figure, stream_color, unit_order
+from rtgraph.errors import StreamProgramError, UsageError
+from rtgraph.reports.style import new_figure, stream_color, unit_order
+from rtgraph.stream_program.program import StreamProgram, Wait
 
 UNIT_MARKERS = {"cube": "s", "vector": "o", "dma": "^"}
 CROSS_COLOR = "#C0392B"

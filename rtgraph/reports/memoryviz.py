@@ -22,10 +22,10 @@ from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, MultipleLocator
 
-from ..emulator.results import RunResult
-from ..errors import UsageError
-from ..stream_program import StreamProgram
-from .style import MEMORY_COLOR, RESIDENT_COLOR, bytes_label, new_figure, rectangles
+from rtgraph.emulator.results import RunResult
+from rtgraph.errors import UsageError
+from rtgraph.reports.style import MEMORY_COLOR, RESIDENT_COLOR, bytes_label, new_figure, rectangles
+from rtgraph.stream_program.program import StreamProgram
 
 #: Region kinds that stay allocated for the whole program.
 RESIDENT_KINDS = frozenset({"param", "const", "buffer"})

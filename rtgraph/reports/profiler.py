@@ -30,13 +30,13 @@ from typing import Any
 
 import numpy as np
 
-from ..costmodel import compute_us
-from ..device import DeviceSpec
-from ..emulator import RunResult
-from ..emulator import run as emulate
-from ..errors import UsageError
-from ..stream_program import Operand, StreamProgram, Task
-from .trace import dtype_of, write_atomic
+from rtgraph.device import DeviceSpec, load_device
+from rtgraph.emulator import RunResult
+from rtgraph.emulator import run as emulate
+from rtgraph.errors import UsageError
+from rtgraph.reports.trace import dtype_of, write_atomic
+from rtgraph.stream_program.program import Operand, StreamProgram, Task
+from rtgraph.timing.costmodel import compute_us
 
 MODES = ("task_trace", "op_trace")
 NONE, WARMUP, RECORD = "none", "warmup", "record"
@@ -374,8 +374,6 @@ def op_statistic_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 def _device(device: DeviceSpec | str) -> DeviceSpec:
     if isinstance(device, DeviceSpec):
         return device
-    from ..devspec import load_device
-
     return load_device(device)
 
 

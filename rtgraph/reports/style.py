@@ -17,8 +17,8 @@ from matplotlib import rc_context
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from ..errors import UsageError
-from ..ops import lookup
+from rtgraph.errors import UsageError
+from rtgraph.ops import lookup
 
 #: Op classes in legend order, each with its colour (colour-blind-friendly, Okabe–Ito based).
 OP_CLASS_COLORS: dict[str, str] = {

@@ -33,12 +33,11 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from ..device import DeviceSpec
-from ..emulator.results import RunResult
-from ..errors import UsageError
-from ..stream_program import StreamProgram
-from .memoryviz import blocks_from_plan, draw_usage
-from .style import (
+from rtgraph.device.spec import DeviceSpec
+from rtgraph.emulator.results import RunResult
+from rtgraph.errors import UsageError
+from rtgraph.reports.memoryviz import blocks_from_plan, draw_usage
+from rtgraph.reports.style import (
     ARROW_COLOR,
     CALLBACK_COLOR,
     HOST_BLOCKED_COLOR,
@@ -53,6 +52,7 @@ from .style import (
     save_figure,
     unit_order,
 )
+from rtgraph.stream_program.program import StreamProgram
 
 __all__ = ["Lane", "lanes", "plot_timeline", "plot_timeline_compare", "save_figure"]
 

@@ -33,10 +33,10 @@ from typing import Any
 
 import numpy as np
 
-from ..device import DeviceSpec
-from ..emulator.results import EventWaitTime, RunResult, TaskRecord
-from ..errors import UsageError
-from ..stream_program import Operand, StreamProgram
+from rtgraph.device.spec import DeviceSpec
+from rtgraph.emulator.results import EventWaitTime, RunResult, TaskRecord
+from rtgraph.errors import UsageError
+from rtgraph.stream_program.program import Operand, StreamProgram
 
 HOST_PID = 0
 DEVICE_PID = 1

@@ -30,10 +30,9 @@ emulator, and :func:`last_run` shows the races its detector saw. The full guide 
 
 from __future__ import annotations
 
-from ..emulator import ObservedRace, RunResult
-from ..stream_program import StreamProgram
-from . import ops
-from .device import (
+from rtgraph.emulator import ObservedRace, RunResult
+from rtgraph.runtime import ops
+from rtgraph.runtime.device import (
     DeviceProperties,
     current_device,
     device_count,
@@ -42,8 +41,8 @@ from .device import (
     set_device,
     synchronize,
 )
-from .event import Event
-from .memory import (
+from rtgraph.runtime.event import Event
+from rtgraph.runtime.memory import (
     empty_cache,
     max_memory_allocated,
     max_memory_reserved,
@@ -52,9 +51,10 @@ from .memory import (
     memory_snapshot,
     memory_stats,
 )
-from .state import DEFAULT_ALLOCATOR, DEFAULT_DEVICE, context, reset
-from .streams import Stream, current_stream, default_stream, set_stream, stream
-from .tensors import Tensor, empty, from_numpy, tensor
+from rtgraph.runtime.state import DEFAULT_ALLOCATOR, DEFAULT_DEVICE, context, reset
+from rtgraph.runtime.streams import Stream, current_stream, default_stream, set_stream, stream
+from rtgraph.runtime.tensors import Tensor, empty, from_numpy, tensor
+from rtgraph.stream_program.program import StreamProgram
 
 
 def last_run(device: int | str | None = None) -> RunResult | None:

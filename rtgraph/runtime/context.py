@@ -25,11 +25,11 @@ from heapq import heappop, heappush
 
 import numpy as np
 
-from ..alloc import Allocator, from_memory_spec
-from ..device import DeviceSpec
-from ..emulator import RunResult, run
-from ..errors import DeviceError, RtgError, UsageError
-from .recorder import Recorder
+from rtgraph.alloc import Allocator, from_memory_spec
+from rtgraph.device.spec import DeviceSpec
+from rtgraph.emulator import RunResult, run
+from rtgraph.errors import DeviceError, RtgError, UsageError
+from rtgraph.runtime.recorder import Recorder
 
 
 @dataclass(eq=False)

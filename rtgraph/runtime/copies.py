@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..dtypes import to_value
-from ..errors import DTypeError, ShapeError, UsageError
-from ..ops.registry import lookup
-from .tensors import Tensor
+from rtgraph.dtypes import to_value
+from rtgraph.errors import DTypeError, ShapeError, UsageError
+from rtgraph.ops.registry import lookup
+from rtgraph.runtime.tensors import Tensor
 
 
 def _check_same(dst: Tensor, src: Tensor) -> None:
@@ -43,7 +43,7 @@ def copy_into(dst: Tensor, src: Tensor, non_blocking: bool = False) -> None:
                 f"copy_ between devices ({src.device} → {dst.device}) is not supported",
                 hint="copy through the host: dst.copy_(src.cpu())",
             )
-        from .ops import launch
+        from rtgraph.runtime.ops import launch
 
         launch(lookup("copy"), [src], {}, out=dst)  # type: ignore[arg-type]
     elif dst.is_npu:

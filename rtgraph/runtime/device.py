@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from .state import context, device_index, runtime, set_current
+from rtgraph.runtime.state import context, device_index, runtime, set_current
 
 
 @dataclass(frozen=True)

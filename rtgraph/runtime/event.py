@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import weakref
 
-from ..errors import DeviceError, UsageError
-from .context import Context
-from .state import context
-from .streams import Stream, current_stream
+from rtgraph.errors import DeviceError, UsageError
+from rtgraph.runtime.context import Context
+from rtgraph.runtime.state import context
+from rtgraph.runtime.streams import Stream, current_stream
 
 
 def _release(ctx_ref: weakref.ref[Context], event: int) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from .state import context
+from rtgraph.runtime.state import context
 
 
 def memory_stats(device: int | str | None = None) -> dict[str, Any]:

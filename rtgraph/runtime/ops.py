@@ -5,9 +5,9 @@ functions are made from :mod:`rtgraph.ops.registry` (tensor arguments first, the
 attributes as keywords, or positionally for its ``positional_attrs``). Each call checks the
 operands with the op's own shape and dtype rule, allocates the output in device memory for the
 current stream, and enqueues one task on the current stream — unit from the registry, flops
-and bytes from ``OpDef.cost``, block dim from :func:`rtgraph.costmodel.block_dim_for`. Layout
+and bytes from ``OpDef.cost``, block dim from :func:`rtgraph.timing.costmodel.block_dim_for`. Layout
 ops (``reshape``, ``transpose``, ``broadcast_to``) return a view, with no task, when NumPy's
-stride rules allow one (the compiler's rule, :func:`rtgraph.passes.lower.layout_view`).
+stride rules allow one (the compiler's rule, :func:`rtgraph.compiler.passes.lower.layout_view`).
 
 Nothing runs until the host needs a value; a stream never waits for another stream's data
 unless an event says so (see :mod:`rtgraph.runtime`).
@@ -20,15 +20,15 @@ from typing import Any
 
 import numpy as np
 
-from ..costmodel import block_dim_for, compute_us
-from ..dtypes import DTYPES
-from ..errors import CheckError, DTypeError, InputError, ShapeError, UsageError, did_you_mean
-from ..ir import UNITS, TensorType
-from ..ops.registry import OpDef, OpError, all_ops
-from ..passes.lower import LAYOUT_OPS, layout_view
-from ..taskgraph import View
-from .context import Context
-from .tensors import Tensor, dtype_name
+from rtgraph.compiler.passes.lower import LAYOUT_OPS, layout_view
+from rtgraph.compiler.taskgraph import View
+from rtgraph.dtypes import DTYPES
+from rtgraph.errors import CheckError, DTypeError, InputError, ShapeError, UsageError, did_you_mean
+from rtgraph.ir.graph import UNITS, TensorType
+from rtgraph.ops.registry import OpDef, OpError, all_ops
+from rtgraph.runtime.context import Context
+from rtgraph.runtime.tensors import Tensor, dtype_name
+from rtgraph.timing.costmodel import block_dim_for, compute_us
 
 _ERRORS = {"shape": ShapeError, "dtype": DTypeError, "attr": CheckError}
 

@@ -19,8 +19,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from ..device import DeviceSpec
-from ..stream_program import (
+from rtgraph.device.spec import DeviceSpec
+from rtgraph.stream_program.program import (
     Command,
     HostTensor,
     Launch,

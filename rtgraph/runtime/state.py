@@ -1,6 +1,6 @@
 """The process-wide runtime: the device table, the current device, one context per device.
 
-Devices are the shipped specs in the index order of :func:`rtgraph.devspec.list_devices`
+Devices are the shipped specs in the index order of :func:`rtgraph.device.load.list_devices`
 (sorted by name: ``ascend-310p`` 0, ``ascend-910b`` 1, ``toy`` 2); the current device starts
 as :data:`DEFAULT_DEVICE`. ``set_device`` also takes the path of a user's ``.toml`` spec,
 which is appended to the table (once per file). Contexts are made on first use. The state is
@@ -13,10 +13,10 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..device import DeviceSpec
-from ..devspec import check_compatibility, list_devices, load_device
-from ..errors import UsageError, did_you_mean
-from .context import Context
+from rtgraph.device import check_compatibility, list_devices, load_device
+from rtgraph.device.spec import DeviceSpec
+from rtgraph.errors import UsageError, did_you_mean
+from rtgraph.runtime.context import Context
 
 DEFAULT_DEVICE = "ascend-910b"
 DEFAULT_ALLOCATOR = "pytorch"

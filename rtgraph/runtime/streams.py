@@ -12,13 +12,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from ..emulator import RunResult
-from ..errors import UsageError
-from .context import Context
-from .state import context, runtime, set_current
+from rtgraph.emulator import RunResult
+from rtgraph.errors import UsageError
+from rtgraph.runtime.context import Context
+from rtgraph.runtime.state import context, runtime, set_current
 
 if TYPE_CHECKING:
-    from .event import Event
+    from rtgraph.runtime.event import Event
 
 
 class Stream:
@@ -69,7 +69,7 @@ class Stream:
 
     def wait_event(self, event: Event) -> None:
         """Later work on this stream waits until ``event``'s latest record has completed."""
-        from .event import Event
+        from rtgraph.runtime.event import Event
 
         if not isinstance(event, Event):
             raise UsageError(f"wait_event: expected an Event, got {type(event).__name__}")
@@ -77,7 +77,7 @@ class Stream:
 
     def wait_stream(self, stream: Stream) -> None:
         """Later work on this stream waits for all work submitted to ``stream`` so far."""
-        from .event import Event
+        from rtgraph.runtime.event import Event
 
         if not isinstance(stream, Stream):
             raise UsageError(f"wait_stream: expected a Stream, got {type(stream).__name__}")
@@ -87,7 +87,7 @@ class Stream:
 
     def record_event(self, event: Event | None = None) -> Event:
         """Record ``event`` (a new one if None) on this stream and return it."""
-        from .event import Event
+        from rtgraph.runtime.event import Event
 
         event = Event(device=self.device) if event is None else event
         event.record(self)

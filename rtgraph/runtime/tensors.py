@@ -27,11 +27,11 @@ from typing import Any
 
 import numpy as np
 
-from ..dtypes import DTYPES, DType, to_value
-from ..errors import InputError, UsageError
-from ..stream_program import Operand
-from .context import Context, PendingCopy, Storage
-from .state import HOST_NAMES, context
+from rtgraph.dtypes import DTYPES, DType, to_value
+from rtgraph.errors import InputError, UsageError
+from rtgraph.runtime.context import Context, PendingCopy, Storage
+from rtgraph.runtime.state import HOST_NAMES, context
+from rtgraph.stream_program.program import Operand
 
 NUMPY_DTYPES = {"float32": "f32", "float16": "f16", "int8": "i8", "int32": "i32"}
 
@@ -192,7 +192,7 @@ class Tensor:
         host (runs the emulator); for a host tensor its array, once pending copies landed."""
         if self._storage is not None:
             return self.cpu().numpy()
-        from .copies import resolve
+        from rtgraph.runtime.copies import resolve
 
         resolve(self)
         assert self._array is not None
@@ -228,7 +228,7 @@ class Tensor:
     def copy_(self, src: Tensor, non_blocking: bool = False) -> Tensor:
         """Copy ``src`` into this tensor (same shape and dtype): a host-to-device, device-to-host
         or device-to-device DMA task on the current stream, or a host copy; returns self."""
-        from .copies import copy_into
+        from rtgraph.runtime.copies import copy_into
 
         copy_into(self, src, non_blocking)
         return self
@@ -242,7 +242,7 @@ class Tensor:
     def record_stream(self, stream: Any) -> None:
         """Declare that ``stream`` uses this device tensor: its memory is not reused until the
         host has synchronized with ``stream`` after the tensor died."""
-        from .streams import Stream
+        from rtgraph.runtime.streams import Stream
 
         self.context("record_stream")
         assert self._storage is not None
@@ -255,45 +255,45 @@ class Tensor:
 
     # --- operations as methods -------------------------------------------------------------
     def __matmul__(self, other: Tensor) -> Tensor:
-        from . import ops
+        from rtgraph.runtime import ops
 
         return ops.matmul(self, other)
 
     def __add__(self, other: Tensor) -> Tensor:
-        from . import ops
+        from rtgraph.runtime import ops
 
         return ops.add(self, other)
 
     def __sub__(self, other: Tensor) -> Tensor:
-        from . import ops
+        from rtgraph.runtime import ops
 
         return ops.sub(self, other)
 
     def __mul__(self, other: Tensor) -> Tensor:
-        from . import ops
+        from rtgraph.runtime import ops
 
         return ops.mul(self, other)
 
     def __truediv__(self, other: Tensor) -> Tensor:
-        from . import ops
+        from rtgraph.runtime import ops
 
         return ops.div(self, other)
 
     def __neg__(self) -> Tensor:
-        from . import ops
+        from rtgraph.runtime import ops
 
         return ops.neg(self)
 
     def reshape(self, *shape: int | Sequence[int]) -> Tensor:
         """A view when the layout allows one, else a copy task (as the compiler does)."""
-        from . import ops
+        from rtgraph.runtime import ops
 
         dims = shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape
         return ops.reshape(self, tuple(dims))  # type: ignore[arg-type]
 
     @property
     def T(self) -> Tensor:
-        from . import ops
+        from rtgraph.runtime import ops
 
         return ops.transpose(self)
 

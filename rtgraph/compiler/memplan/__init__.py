@@ -1,0 +1,42 @@
+"""Static memory planning: byte offsets in one device pool for tensors with known lifetimes.
+
+:func:`plan` is the entry point (records in, :class:`Placement` out); :func:`plan_lifetimes`
+is the compiler's shorthand for ``(size, first_use, last_use)`` triples; :func:`check_placement`
+lists what is wrong with a placement. Records travel as MiniMalloc CSV files
+(:func:`read_records_csv`, :func:`write_offsets_csv`).
+"""
+
+from rtgraph.compiler.memplan.planner import (
+    DEFAULT_BUDGET,
+    METHODS,
+    Placement,
+    Violation,
+    check_placement,
+    greedy_by_size,
+    plan,
+    plan_lifetimes,
+)
+from rtgraph.compiler.memplan.problem import Problem, build_problem
+from rtgraph.compiler.memplan.records import (
+    Record,
+    parse_records_csv,
+    read_records_csv,
+    write_offsets_csv,
+)
+
+__all__ = [
+    "DEFAULT_BUDGET",
+    "METHODS",
+    "Placement",
+    "Problem",
+    "Record",
+    "Violation",
+    "build_problem",
+    "check_placement",
+    "greedy_by_size",
+    "parse_records_csv",
+    "plan",
+    "plan_lifetimes",
+    "read_records_csv",
+    "write_offsets_csv",
+]

@@ -1,0 +1,329 @@
+"""Branch and bound over canonical placements: does every record fit under a given capacity?
+
+This is the decision procedure behind ``plan(method="best")``, after Moffitt's MiniMalloc
+(ASPLOS 2023). It searches *canonical* placements — records placed in non-decreasing offset
+order, each directly on top of the placed records it conflicts with — which contain an optimal
+plan, and prunes with:
+
+* **canonical order**: along a branch, the pair (offset, preorder rank) of successive records
+  strictly increases, so each set of placements is generated once;
+* **dominance**: never place a record at or above ``offset + size`` of another unplaced
+  record — that one would fit in the gap below, so the branch cannot beat one that fills it;
+* **section inference**: in every section (a time span with a fixed live set), the lowest
+  offset any unplaced record there can take, plus the sizes still to place there, must fit;
+* **dynamic decomposition**: when placing a record leaves no unplaced record spanning some
+  time boundary, the two sides are independent and are solved one after the other — a failure
+  on one side backjumps straight to the placement that split them, instead of retrying
+  every combination of the other side.
+
+The search is depth-first with an explicit stack (no recursion limit to hit) and stops after
+``budget`` placements: it answers FOUND (with offsets), INFEASIBLE (proved: the capacity is
+too small) or BUDGET (gave up). Nothing depends on the wall clock, so the same input always
+gets the same answer. Each node costs ``O(k log k + S log S)`` NumPy work for ``k`` unplaced
+records and ``S`` sections of its partition.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rtgraph.compiler.memplan.problem import Problem
+
+_INF = np.iinfo(np.int64).max
+
+
+class Outcome(enum.Enum):
+    FOUND = "found"
+    INFEASIBLE = "infeasible"
+    BUDGET = "budget"
+
+
+@dataclass(frozen=True)
+class SearchResult:
+    outcome: Outcome
+    offsets: np.ndarray | None
+    nodes: int
+
+
+def fits_within(problem: Problem, ranks: np.ndarray, capacity: int, budget: int) -> SearchResult:
+    """Search for a placement of ``problem`` with height ``<= capacity``.
+
+    ``ranks`` is the preorder used to break ties between records with the same lowest offset
+    (see :func:`~rtgraph.compiler.memplan.greedy.preorder_ranks`); ``budget`` caps the number of
+    placements tried. Returns the outcome, the offsets if found, and the placements used.
+    """
+    return _Search(problem, ranks, capacity, budget).run()
+
+
+@dataclass(eq=False)
+class _Context:
+    """The independent partitions one decomposition produced, still to be solved in turn."""
+
+    pending: list[tuple[np.ndarray, int, int]]
+    owner: int  # stack index of the frame whose placement split them; -1 for the start
+    parent: _Context | None
+
+
+@dataclass(eq=False)
+class _Frame:
+    """A search node: a partition's unplaced records and the placements still to try."""
+
+    part: np.ndarray
+    lo: int
+    hi: int
+    ctx: _Context
+    root: bool
+    cand: list[int]
+    cand_offset: list[int]
+    pos: int = 0
+    undo: tuple | None = field(default=None)
+
+
+_LEAF = object()
+
+
+class _Search:
+    def __init__(self, problem: Problem, ranks: np.ndarray, capacity: int, budget: int) -> None:
+        p = problem
+        self.p = p
+        self.cap = int(capacity)
+        self.budget = int(budget)
+        self.nodes = 0
+        self.size = p.size
+        self.slo = p.section_lo
+        self.shi = p.section_hi
+        self.rank = ranks.astype(np.int64)
+        self.rank_list = self.rank.tolist()
+        self.placed = ~p.active
+        self.offset = np.zeros(p.n, dtype=np.int64)
+        self.low = np.zeros(p.n, dtype=np.int64)  # lowest legal offset of each unplaced record
+        n_sec = p.n_sections
+        self.floor = np.zeros(n_sec, dtype=np.int64)  # top of the placed records, per section
+        self.total = p.section_total.copy()  # sizes still to place, per section
+        act = np.flatnonzero(p.active)
+        spans = np.zeros(n_sec + 1, dtype=np.int64)
+        np.add.at(spans, self.slo[act], 1)
+        np.add.at(spans, np.maximum(self.shi[act] - 1, 0), -1)
+        self.cuts = np.cumsum(spans)[:n_sec]  # unplaced records spanning boundary s | s+1
+        # (offset, rank) pairs compared as one integer when that cannot overflow.
+        self.key_scale = p.n + 1
+        bound = (int(p.size.sum()) + 1) * self.key_scale
+        self.packed_keys = bound < 2**62
+        self.stack: list[_Frame] = []
+
+    # --- driver -----------------------------------------------------------------------------
+
+    def run(self) -> SearchResult:
+        act = np.flatnonzero(self.p.active)
+        if len(act) == 0 or self.p.n_sections == 0:
+            return SearchResult(Outcome.FOUND, self.offset.copy(), 0)
+        if self.p.lower_bound > self.cap:
+            return SearchResult(Outcome.INFEASIBLE, None, 0)
+        state = self._open(_Context(self._split(act, 0, self.p.n_sections), -1, None))
+        stack = self.stack
+        while state is None:
+            f = stack[-1]
+            if f.undo is not None:
+                self._unplace(f.undo)
+                f.undo = None
+            if f.pos == len(f.cand):
+                stack.pop()
+                if f.root:
+                    state = self._backjump(f.ctx)
+                continue
+            if self.nodes >= self.budget:
+                state = Outcome.BUDGET
+                break
+            self.nodes += 1
+            i = f.cand[f.pos]
+            low = f.cand_offset[f.pos]
+            f.pos += 1
+            f.undo = self._place(i, low)
+            if self._splits(i, f.lo, f.hi):
+                ctx = _Context(self._split(f.part, f.lo, f.hi), len(stack) - 1, f.ctx)
+                state = self._open(ctx)
+                continue
+            child = self._frame(
+                f.part, f.lo, f.hi, low, self.rank_list[i], f.ctx, root=False, changed=f.undo[6:]
+            )
+            if child is _LEAF:
+                state = self._open(f.ctx)
+            elif child is not None:
+                stack.append(child)
+        if state is Outcome.FOUND:
+            return SearchResult(state, self.offset.copy(), self.nodes)
+        return SearchResult(state, None, self.nodes)
+
+    def _open(self, ctx: _Context) -> Outcome | None:
+        """Start the next pending partition (the current one of ``ctx`` is complete)."""
+        while True:
+            if ctx.pending:
+                part, lo, hi = ctx.pending.pop()
+                frame = self._frame(part, lo, hi, -1, -1, ctx, root=True)
+                if frame is None:
+                    return self._backjump(ctx)
+                self.stack.append(frame)
+                return None
+            if ctx.parent is None:
+                return Outcome.FOUND
+            ctx = ctx.parent  # every partition of ctx is done: so is the one that split
+
+    def _backjump(self, ctx: _Context) -> Outcome | None:
+        """A partition of ``ctx`` cannot be placed: undo back to the placement that split it."""
+        if ctx.owner < 0:
+            return Outcome.INFEASIBLE
+        stack = self.stack
+        while len(stack) - 1 > ctx.owner:
+            g = stack.pop()
+            if g.undo is not None:
+                self._unplace(g.undo)
+                g.undo = None
+        return None
+
+    # --- state changes ----------------------------------------------------------------------
+
+    def _place(self, i: int, low: int) -> tuple:
+        top = low + int(self.size[i])
+        self.placed[i] = True
+        self.offset[i] = low
+        p = self.p
+        c = p.conflict_idx[p.conflict_ptr[i] : p.conflict_ptr[i + 1]]
+        c = c[~self.placed[c]]
+        c = c[self.low[c] < top]
+        old_low = self.low[c]
+        self.low[c] = top
+        a, b = int(self.slo[i]), int(self.shi[i])
+        old_floor = self.floor[a:b].copy()
+        self.floor[a:b] = top
+        self.total[a:b] -= self.size[i]
+        self.cuts[a : b - 1] -= 1
+        if len(c):  # the sections whose lowest offsets may have changed
+            a = min(a, int(self.slo[c].min()))
+            b = max(b, int(self.shi[c].max()))
+        return (i, c, old_low, int(self.slo[i]), int(self.shi[i]), old_floor, a, b)
+
+    def _unplace(self, undo: tuple) -> None:
+        i, c, old_low, a, b, old_floor, _, _ = undo
+        self.cuts[a : b - 1] += 1
+        self.total[a:b] += self.size[i]
+        self.floor[a:b] = old_floor
+        self.low[c] = old_low
+        self.placed[i] = False
+
+    def _splits(self, i: int, lo: int, hi: int) -> bool:
+        """Did placing ``i`` leave a boundary inside ``[lo, hi)`` that no unplaced record spans?"""
+        a = max(int(self.slo[i]), lo)
+        b = min(int(self.shi[i]) - 1, hi - 1)
+        return b > a and not self.cuts[a:b].all()
+
+    def _split(self, part: np.ndarray, lo: int, hi: int) -> list[tuple[np.ndarray, int, int]]:
+        """The unplaced records of ``part`` grouped by the boundaries no record spans.
+
+        Returned last-first, so that popping from the end solves them in time order.
+        """
+        u = part[~self.placed[part]]
+        if len(u) == 0:
+            return []
+        cut_at = np.flatnonzero(self.cuts[lo : hi - 1] == 0) + lo + 1
+        piece = np.searchsorted(cut_at, self.slo[u], side="right")
+        by = np.argsort(piece, kind="stable")
+        u, piece = u[by], piece[by]
+        starts = np.flatnonzero(np.diff(piece, prepend=-1))
+        pieces = []
+        for s, e in zip(starts.tolist(), [*starts[1:].tolist(), len(u)], strict=True):
+            sub = u[s:e]
+            pieces.append((sub, int(self.slo[sub].min()), int(self.shi[sub].max())))
+        pieces.reverse()
+        return pieces
+
+    # --- one node ---------------------------------------------------------------------------
+
+    def _frame(
+        self,
+        part: np.ndarray,
+        lo: int,
+        hi: int,
+        last_low: int,
+        last_rank: int,
+        ctx: _Context,
+        *,
+        root: bool,
+        changed: tuple[int, int] | None = None,
+    ) -> _Frame | object | None:
+        """The node for ``part`` after a placement at ``last_low``: its candidate placements.
+
+        ``changed`` is the range of sections where the last placement may have raised some
+        record's lowest offset (None: check them all). Returns ``_LEAF`` when nothing is left
+        to place, ``None`` when the node is pruned.
+        """
+        u = part[~self.placed[part]]
+        if len(u) == 0:
+            return _LEAF
+        low = self.low[u]
+        total = self.total[lo:hi]
+        # Section inference: in each section, the lowest offset an unplaced record there can
+        # take (and never below the last placement) plus the sizes still to place must fit.
+        # Elsewhere the parent's check still holds: its floors did not move, and the one-step
+        # look-ahead that admitted this placement covered last_low + every section's total.
+        a, b = (lo, hi) if changed is None else (max(lo, changed[0]), min(hi, changed[1]))
+        if b > a:
+            near = u[(self.slo[u] < b) & (self.shi[u] > a)]
+            near_total = self.total[a:b]
+            if len(near):
+                lowest = self._lowest(near, self.low[near], a, b)
+                floor = np.where(near_total > 0, lowest, self.floor[a:b])
+            else:
+                floor = self.floor[a:b]
+            if int((np.maximum(floor, last_low) + near_total).max()) > self.cap:
+                return None
+        rank = self.rank[u]
+        if self.packed_keys:
+            key = low * self.key_scale + rank
+            order = np.argsort(key, kind="stable")
+            keep = key[order] > last_low * self.key_scale + last_rank
+        else:
+            order = np.lexsort((rank, low))
+            keep = (low[order] > last_low) | ((low[order] == last_low) & (rank[order] > last_rank))
+        u, low = u[order], low[order]
+        # Dominance: a record placed at or above some unplaced record's lowest top would
+        # leave a gap that record fits in. Inference one step ahead: after placing a record
+        # at low_i, every section of the partition still needs low_i + its remaining total
+        # (the placed record's own sections need exactly that, the others at least).
+        keep &= low < int((low + self.size[u]).min())
+        keep &= low <= self.cap - int(total.max())
+        if not keep.any():
+            return None
+        return _Frame(part, lo, hi, ctx, root, u[keep].tolist(), low[keep].tolist())
+
+    def _lowest(self, u: np.ndarray, low: np.ndarray, lo: int, hi: int) -> np.ndarray:
+        """Per section of ``[lo, hi)``, the least ``low`` of the records ``u`` living there.
+
+        Sections no record covers get the int64 maximum. Each record's span is covered by two
+        power-of-two blocks (as in a sparse table); minima are scattered onto the blocks and
+        pushed down level by level: ``O(k + S log S)`` for ``k`` records and ``S`` sections.
+        """
+        n = hi - lo
+        first = np.maximum(self.slo[u], lo) - lo  # spans clipped to [lo, hi)
+        end = np.minimum(self.shi[u], hi) - lo
+        level = (np.frexp((end - first).astype(np.float64))[1] - 1).astype(np.int64)
+        depth = int(level.max()) + 1
+        table = np.full((depth, n), _INF, dtype=np.int64)
+        base = level * n
+        np.minimum.at(
+            table.reshape(-1),
+            np.concatenate((base + first, base + end - (1 << level))),
+            np.concatenate((low, low)),
+        )
+        for j in range(depth - 1, 0, -1):
+            width = n - (1 << j) + 1
+            if width <= 0:
+                continue
+            half = 1 << (j - 1)
+            row = table[j, :width]
+            below = table[j - 1]
+            np.minimum(below[:width], row, out=below[:width])
+            np.minimum(below[half : half + width], row, out=below[half : half + width])
+        return table[0]

@@ -1,0 +1,51 @@
+"""Stream assignment: run a policy and check that what it returned is usable.
+
+The policy (see :mod:`rtgraph.compiler.scheduling.policies`) may be built in or the user's own;
+this pass holds it
+to the contract: every task on a declared stream, and a submission order that is a
+permutation of the tasks keeping every edge of the hazard DAG.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from rtgraph.compiler.scheduling.policies import StreamPolicy, policy_from_name
+from rtgraph.compiler.taskgraph import TaskGraph
+from rtgraph.errors import UsageError
+
+
+def assign_streams(graph: TaskGraph, *, policy: str | StreamPolicy = "by-unit") -> TaskGraph:
+    """``graph`` with ``streams``, ``stream_of`` and the submission ``order`` set."""
+    chosen = policy_from_name(policy) if isinstance(policy, str) else policy
+    if chosen.name == "explicit" and not graph.program.streams:
+        chosen = policy_from_name("by-unit")
+    result = chosen.assign(graph)
+    program_order = tuple(i for i in graph.script if isinstance(i, int))
+    order = tuple(result.order) if result.order is not None else program_order
+    stream_ids = {s.id for s in result.streams}
+    if [s.id for s in result.streams] != list(range(len(result.streams))):
+        raise UsageError(f"policy '{chosen.name}' must number its streams 0..n-1")
+    missing = [t.id for t in graph.tasks if result.stream_of.get(t.id) not in stream_ids]
+    if missing:
+        raise UsageError(f"policy '{chosen.name}' left task {missing[0]} without a valid stream")
+    if sorted(order) != sorted(program_order):
+        raise UsageError(f"policy '{chosen.name}' returned an order that is not a permutation")
+    position = {t: k for k, t in enumerate(order)}
+    for src, dst in graph.dag.edges:
+        if position[src] > position[dst]:
+            raise UsageError(
+                f"policy '{chosen.name}' submits task {dst} before task {src}, which it depends on"
+            )
+    notes = {
+        **graph.notes,
+        "policy": chosen.name,
+        "keeps_program_sync": result.keeps_program_sync,
+    }
+    return replace(
+        graph,
+        streams=tuple(result.streams),
+        stream_of=dict(result.stream_of),
+        order=order,
+        notes=notes,
+    )

@@ -1,0 +1,366 @@
+"""Barrier insertion: order every hazard that crosses streams, and no more — the stream program.
+
+Walks the tasks in submission order keeping a vector clock per stream: ``clock[q][p]`` is how
+many of stream ``p``'s tasks are known to have finished before the next entry of stream ``q``
+starts (stream order, events waited on, host syncs). A hazard ``src → dst`` is *implied* when
+``dst``'s stream already covers ``src``; otherwise it needs an event. For each task the
+uncovered sources are reduced to the latest one per stream, then any whose record would be
+covered by another's record is dropped — so no inserted wait can be removed without leaving a
+hazard unordered (minimality). Each event is recorded right after its source task, so the
+waiter never waits for later, unrelated work of that stream.
+
+On a device with a reorder window, tasks of one stream are not ordered by default: a same-
+stream hazard needs a fence between the two tasks — a ``barrier`` mark unless a record, wait,
+callback or barrier already sits between them.
+
+Event ids are a finite device resource: an id is live from its record until the host has
+submitted its last wait, and is then reused (interval colouring in submission order); the
+peak number live is reported.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from rtgraph.compiler.passes.event_ids import colour_events
+from rtgraph.compiler.taskgraph import HostStep, TaskGraph
+from rtgraph.errors import CapacityError
+from rtgraph.stream_program.program import (
+    Barrier,
+    Callback,
+    Command,
+    HostTensor,
+    Launch,
+    Operand,
+    Record,
+    StreamProgram,
+    Sync,
+    Task,
+    Wait,
+    validate,
+)
+
+
+@dataclass
+class _Clocks:
+    """Happens-before across streams while walking the submission order."""
+
+    streams: int
+    clock: list[list[int]] = field(init=False)
+    count: list[int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.clock = [[0] * self.streams for _ in range(self.streams)]
+        self.count = [0] * self.streams
+
+    def snapshot(self, q: int) -> tuple[int, ...]:
+        """What a record placed now on ``q`` would carry."""
+        c = list(self.clock[q])
+        c[q] = self.count[q]
+        return tuple(c)
+
+    def merge(self, q: int, other: tuple[int, ...] | list[int]) -> None:
+        mine = self.clock[q]
+        for p, v in enumerate(other):
+            if v > mine[p]:
+                mine[p] = v
+
+    def launch(self, q: int) -> int:
+        self.count[q] += 1
+        self.clock[q][q] = self.count[q]
+        return self.count[q]
+
+
+def insert_barriers(graph: TaskGraph) -> StreamProgram:
+    """The stream program of ``graph``: launches, events and barriers in submission order."""
+    assert graph.order is not None and graph.stream_of is not None and graph.hazards is not None
+    reorder = graph.device.scheduler.reorder_window > 0
+    keep_sync = bool(graph.notes.get("keeps_program_sync"))
+    program = graph.program
+    user_events = {name: i for i, name in enumerate(program.events)} if keep_sync else {}
+    stream_ids = {s.name: s.id for s in graph.streams}
+    stream_of = graph.stream_of
+    clocks = _Clocks(len(graph.streams))
+    # Reorder devices: where fences sit on each stream (gap g = after its g-th launch), and
+    # the same-stream hazards (src seq, dst task) that need one between them.
+    gaps: dict[int, list[int]] = defaultdict(list)
+    same_stream: dict[int, list[tuple[int, int]]] = defaultdict(list)
+
+    preds: dict[int, list] = defaultdict(list)
+    for h in graph.hazards:
+        preds[h.dst].append(h)
+
+    # Host steps attach after the task before them in program order (or at the start).
+    attached: dict[int | None, list[HostStep]] = defaultdict(list)
+    last: int | None = None
+    for item in graph.script:
+        if isinstance(item, int):
+            last = item
+        elif item.kind == "callback" and item.task is not None:
+            attached[item.task].append(item)
+        elif keep_sync or item.kind in ("sync", "callback"):
+            attached[last].append(item)
+
+    seq: dict[int, int] = {}
+    task_clock: dict[int, tuple[int, ...]] = {}
+    event_clock: dict[int, tuple[int, ...]] = {}
+    records_after: dict[int, int] = {}  # task -> provisional compiler event
+    host: list[tuple[str, object]] = []  # ("launch", task) or ("cmd", Command)
+    stats = dict.fromkeys(
+        ("hazards", "implied", "waits", "records", "barriers", "left_to_program", "reuse_waits"),
+        0,
+    )
+
+    def record_after(src: int) -> int:
+        if src not in records_after:
+            records_after[src] = len(records_after)
+            stats["records"] += 1
+            gaps[stream_of[src]].append(seq[src])
+        return records_after[src]
+
+    def fenced(q: int) -> None:
+        gaps[q].append(clocks.count[q])
+
+    def host_step(step: HostStep) -> None:
+        q = stream_ids.get(step.stream) if step.stream is not None else None
+        if step.kind == "record" and q is not None:
+            ev = user_events[step.event]
+            event_clock[ev] = clocks.snapshot(q)
+            fenced(q)
+            host.append(("cmd", Record(q, ev, step.span)))
+        elif step.kind == "wait" and q is not None:
+            ev = user_events[step.event]
+            if ev in event_clock:
+                clocks.merge(q, event_clock[ev])
+            fenced(q)
+            host.append(("cmd", Wait(q, ev, step.span)))
+        elif step.kind == "barrier" and q is not None:
+            fenced(q)
+            host.append(("cmd", Barrier(q, step.span)))
+        elif step.kind == "callback":
+            q = stream_of.get(step.task, 0) if step.task is not None else 0
+            fenced(q)
+            host.append(("cmd", Callback(q, step.name or "callback", step.blocking, step.span)))
+        elif step.kind == "sync":
+            if keep_sync and step.sync_kind == "event" and step.target in user_events:
+                ev = user_events[step.target]
+                done = event_clock.get(ev, tuple([0] * clocks.streams))
+                host.append(("cmd", Sync("event", ev, step.span)))
+            elif keep_sync and step.sync_kind == "stream" and step.target in stream_ids:
+                s = stream_ids[step.target]
+                done = clocks.snapshot(s)
+                host.append(("cmd", Sync("stream", s, step.span)))
+                fenced(s)
+            else:
+                done = tuple(clocks.count)
+                host.append(("cmd", Sync("device", None, step.span)))
+                for q2 in range(clocks.streams):
+                    fenced(q2)
+            for q2 in range(clocks.streams):
+                clocks.merge(q2, done)
+
+    alloc_ops = graph.alloc_ops or {}
+    allocs_before = alloc_ops.get("before", {})
+    frees_after = alloc_ops.get("after", {})
+    host.extend(("cmd", a) for a in alloc_ops.get("start", ()))
+    for step in attached.get(None, []):
+        host_step(step)
+    for t in graph.order:
+        q = stream_of[t]
+        task = graph.tasks[t]
+        host.extend(("cmd", a) for a in allocs_before.get(t, ()))
+        needed: dict[int, int] = {}
+        true_dep: set[int] = set()  # sources with a hazard on the same tensor, not only reuse
+        for h in preds.get(t, ()):
+            stats["hazards"] += 1
+            src = h.src
+            if not h.reuse:
+                true_dep.add(src)
+            p = stream_of[src]
+            if (
+                keep_sync
+                and not h.reuse
+                and task.stream is not None
+                and graph.tasks[src].stream is not None
+            ):
+                # The program placed both tasks and orders its own data; a race here is the
+                # program's, and the race checker reports it. Reuse hazards are ours.
+                stats["left_to_program"] += 1
+                continue
+            if p == q:
+                if reorder:
+                    same_stream[q].append((seq[src], t))
+                else:
+                    stats["implied"] += 1
+                continue
+            if clocks.clock[q][p] >= seq[src]:
+                stats["implied"] += 1
+                continue
+            if seq[src] > seq.get(needed.get(p, -1), 0):
+                needed[p] = src
+        waits = [
+            src
+            for p, src in needed.items()
+            if not any(task_clock[other][p] >= seq[src] for r, other in needed.items() if r != p)
+        ]
+        stats["implied"] += len(needed) - len(waits)
+        for src in sorted(waits, key=lambda s: (stream_of[s], seq[s])):
+            ev = record_after(src)
+            host.append(("wait", (q, ev)))
+            stats["waits"] += 1
+            stats["reuse_waits"] += src not in true_dep  # ordered only because bytes are reused
+            clocks.merge(q, task_clock[src])
+            fenced(q)
+        seq[t] = clocks.launch(q)
+        task_clock[t] = clocks.snapshot(q)
+        host.append(("launch", t))
+        host.extend(("cmd", f) for f in frees_after.get(t, ()))
+        for step in attached.get(t, []):
+            host_step(step)
+
+    barrier_before = _place_barriers(same_stream, gaps, seq, stats)
+    if barrier_before:
+        host = [
+            entry
+            for kind, item in host
+            for entry in (
+                [("barrier", stream_of[item]), (kind, item)]
+                if kind == "launch" and item in barrier_before
+                else [(kind, item)]
+            )
+        ]
+    commands, num_events, peak = _assemble(host, records_after, stream_of, len(user_events))
+    limit = graph.device.scheduler.max_events
+    if peak > limit:
+        raise CapacityError(
+            f"the stream program needs {peak} events live at once; device "
+            f"'{graph.device.name}' has {limit}",
+            hint="use fewer streams (--streams by-unit) or a device with more event ids",
+        )
+    stats["events_peak"] = peak
+    notes = {**graph.notes, "barriers": stats, "user_events": len(user_events)}
+    sp = StreamProgram(
+        name=program.name,
+        device=graph.device.name,
+        streams=list(graph.streams),
+        tasks=_tasks(graph),
+        commands=commands,
+        memory=graph.memory,
+        host_tensors=_host_tensors(graph),
+        num_events=num_events,
+        source=program.source,
+        meta=notes,
+    )
+    validate(sp)
+    return sp
+
+
+def _assemble(
+    host: list[tuple[str, object]],
+    records_after: dict[int, int],
+    stream_of: dict[int, int],
+    first_id: int,
+) -> tuple[list[Command], int, int]:
+    """Commands in submission order with compiler events given reusable ids.
+
+    Returns the commands, the number of event ids used, and the peak number live.
+    """
+    commands: list[Command] = []
+    for kind, item in host:
+        if kind == "launch":
+            commands.append(Launch(stream_of[item], item))
+            if item in records_after:
+                commands.append(Record(stream_of[item], first_id + records_after[item]))
+        elif kind == "wait":
+            q, provisional = item
+            commands.append(Wait(q, first_id + provisional))
+        elif kind == "barrier":
+            commands.append(Barrier(item))
+        else:
+            commands.append(item)
+    return colour_events(commands, first_id)
+
+
+def _place_barriers(
+    same_stream: dict[int, list[tuple[int, int]]],
+    gaps: dict[int, list[int]],
+    seq: dict[int, int],
+    stats: dict[str, int],
+) -> set[int]:
+    """Fewest barrier marks so every same-stream hazard has a fence between its two tasks.
+
+    A hazard from the stream's ``i``-th launch to its ``j``-th needs a fence in a gap ``g``
+    with ``i <= g < j``. Existing fences (records — placed after their source task, possibly
+    after later launches were already chosen — waits, callbacks, syncs, the program's own
+    barriers) cover some; the rest are stabbed greedily at their right ends, which is minimal
+    and leaves every mark the only fence of some hazard. Returns the tasks to put a mark before.
+    """
+    before: set[int] = set()
+    for q, pairs in same_stream.items():
+        fences = sorted(gaps.get(q, ()))
+        for i, t in sorted(pairs, key=lambda p: (seq[p[1]], p[0])):
+            j = seq[t]
+            k = bisect_left(fences, i)
+            if k < len(fences) and fences[k] < j:
+                stats["implied"] += 1
+                continue
+            insort(fences, j - 1)
+            before.add(t)
+            stats["barriers"] += 1
+    return before
+
+
+def _tasks(graph: TaskGraph) -> list[Task]:
+    regions = graph.memory.regions
+
+    def operand(name: str) -> Operand:
+        v = graph.views[name]
+        return Operand(name, regions[v.base].offset + v.offset, v.shape, v.strides, v.dtype)
+
+    def ranges(names: tuple[str, ...]) -> tuple[tuple[int, int], ...]:
+        return tuple((regions[n].offset, regions[n].offset + regions[n].size) for n in names)
+
+    out = []
+    pred = graph.dag.pred
+    for t in graph.tasks:
+        deps = sorted(p for p, edge in pred[t.id].items() if edge["kind"] != "hazard")
+        out.append(
+            Task(
+                id=t.id,
+                name=t.name,
+                op=t.op,
+                unit=t.unit,
+                inputs=tuple(operand(n) for n in t.inputs),
+                output=operand(t.output) if t.output is not None else None,
+                reads=ranges(t.reads),
+                writes=ranges(t.writes),
+                flops=t.flops,
+                bytes_read=t.bytes_read,
+                bytes_written=t.bytes_written,
+                block_dim=t.block_dim,
+                attrs=t.attrs,
+                duration_us=t.duration_us,
+                host=t.host,
+                deps=tuple(deps),
+                span=t.span,
+            )
+        )
+    return out
+
+
+def _host_tensors(graph: TaskGraph) -> list[HostTensor]:
+    program = graph.program
+    out = []
+    for t in program.tensors.values():
+        if t.kind == "input":
+            out.append(HostTensor(t.name, "input", t.type.shape, t.type.dtype, pinned=t.pinned))
+        elif t.kind == "param":
+            out.append(HostTensor(t.name, "param", t.type.shape, t.type.dtype))
+        elif t.kind == "const":
+            out.append(HostTensor(t.name, "const", t.type.shape, t.type.dtype, value=t.value))
+    for name in program.outputs:
+        t = program.tensors[name]
+        out.append(HostTensor(name, "output", t.type.shape, t.type.dtype))
+    return out

@@ -1,0 +1,311 @@
+"""Lowering: the checked IR becomes a task graph.
+
+One task per op that does work, plus an ``h2d`` copy per host input (where it is declared) and a
+``d2h`` copy per output (right after its producer). Layout ops (``reshape``, ``transpose``,
+``broadcast_to``) become *views* — no task — whenever NumPy's stride rules can express the result
+as a strided window on the same bytes, and a Vector copy task otherwise (e.g. reshaping a
+transposed tensor). Views are computed with NumPy itself on a zero-byte stand-in array, so the
+compiler, the interpreter and the emulator agree on what is a view by construction.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import networkx as nx
+import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from rtgraph.compiler.taskgraph import DagTask, HostStep, Storage, TaskGraph, View
+from rtgraph.device.spec import DeviceSpec
+from rtgraph.dtypes import DTYPES
+from rtgraph.ir.graph import (
+    BarrierNode,
+    CallbackNode,
+    OpNode,
+    Program,
+    RecordNode,
+    SyncNode,
+    Tensor,
+    WaitNode,
+)
+from rtgraph.ops import lookup
+from rtgraph.timing.costmodel import block_dim_for
+
+LAYOUT_OPS = ("reshape", "transpose", "broadcast_to")
+
+
+def lower(program: Program, *, device: DeviceSpec) -> TaskGraph:
+    """The task graph of ``program`` (tasks in program order, no memory or streams yet)."""
+    b = _Builder(program, device)
+    for t in program.tensors.values():
+        b.declare(t)
+    for node in program.nodes:
+        if isinstance(node, OpNode):
+            b.op(node)
+        elif isinstance(node, RecordNode):
+            b.step(HostStep("record", stream=node.stream, event=node.event, span=node.span))
+        elif isinstance(node, WaitNode):
+            b.step(HostStep("wait", stream=node.stream, event=node.event, span=node.span))
+        elif isinstance(node, BarrierNode):
+            b.step(HostStep("barrier", stream=node.stream, span=node.span))
+        elif isinstance(node, SyncNode):
+            b.step(HostStep("sync", target=node.target, sync_kind=node.kind, span=node.span))
+        elif isinstance(node, CallbackNode):
+            producer = b.producer_of(node.after)
+            b.step(
+                HostStep(
+                    "callback",
+                    name=node.name,
+                    task=producer,
+                    blocking=node.blocking,
+                    span=node.span,
+                )
+            )
+    b.finish_outputs()
+    b.renumber()
+    return TaskGraph(
+        program=program,
+        device=device,
+        tasks=tuple(b.tasks),
+        storages=b.storages,
+        views=b.views,
+        script=tuple(b.script),
+        dag=b.dag,
+    )
+
+
+def contiguous_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    strides, acc = [], itemsize
+    for n in reversed(shape):
+        strides.append(acc)
+        acc *= max(n, 1)
+    return tuple(reversed(strides))
+
+
+def layout_view(view: View, op: str, attrs: dict, out_shape: tuple[int, ...]) -> View | None:
+    """The view that ``op`` makes of ``view``, or None when the layout needs a copy."""
+    itemsize = DTYPES[view.dtype].itemsize
+    stand_in = as_strided(
+        np.zeros(1, dtype=np.dtype(f"V{itemsize}")),
+        shape=view.shape,
+        strides=view.strides,
+        writeable=False,
+    )
+    try:
+        if op == "reshape":
+            result = np.reshape(stand_in, out_shape, copy=False)
+        elif op == "transpose":
+            result = np.transpose(stand_in, attrs.get("perm") or None)
+        else:
+            result = np.broadcast_to(stand_in, out_shape)
+    except ValueError:
+        return None
+    if tuple(result.shape) != tuple(out_shape):
+        return None
+    return View("", view.base, view.offset, tuple(result.shape), tuple(result.strides), view.dtype)
+
+
+@dataclass
+class _Builder:
+    program: Program
+    device: DeviceSpec
+    tasks: list[DagTask] = field(default_factory=list)
+    storages: dict[str, Storage] = field(default_factory=dict)
+    views: dict[str, View] = field(default_factory=dict)
+    script: list[int | HostStep] = field(default_factory=list)
+    dag: nx.DiGraph = field(default_factory=nx.DiGraph)
+    producer: dict[str, int] = field(default_factory=dict)
+
+    # --- storages and views --------------------------------------------------------------
+    def storage(self, t: Tensor, kind: str) -> None:
+        shape = t.type.shape
+        self.storages[t.name] = Storage(
+            t.name,
+            t.type.nbytes,
+            kind,  # type: ignore[arg-type]
+            shape,
+            t.type.dtype,
+            address=t.address,
+            direct=t.alloc == "direct",
+        )
+        itemsize = DTYPES[t.type.dtype].itemsize
+        self.views[t.name] = View(
+            t.name, t.name, 0, shape, contiguous_strides(shape, itemsize), t.type.dtype
+        )
+
+    def declare(self, t: Tensor) -> None:
+        if t.kind in ("param", "const", "buffer"):
+            self.storage(t, t.kind)
+        elif t.kind == "input":
+            self.storage(t, "input")
+            task = self.add(
+                DagTask(
+                    id=len(self.tasks),
+                    name=t.label,
+                    op="h2d",
+                    unit="dma",
+                    inputs=(),
+                    output=t.name,
+                    reads=(),
+                    writes=(t.name,),
+                    bytes_read=t.type.nbytes,
+                    bytes_written=t.type.nbytes,
+                    dtype=t.type.dtype,
+                    host=t.name,
+                    span=t.span,
+                    attrs={"pinned": t.pinned},
+                )
+            )
+            self.producer[t.name] = task
+
+    def base_of(self, name: str) -> str:
+        return self.views[name].base
+
+    def producer_of(self, name: str) -> int | None:
+        if name not in self.views:
+            return self.producer.get(name)
+        return self.producer.get(self.base_of(name))
+
+    # --- tasks -----------------------------------------------------------------------------
+    def add(self, task: DagTask, after: tuple[str, ...] = ()) -> int:
+        self.tasks.append(task)
+        self.script.append(task.id)
+        self.dag.add_node(task.id)
+        for name in task.inputs:
+            src = self.producer_of(name)
+            if src is not None:
+                self.dag.add_edge(src, task.id, kind="data")
+        for name in after:
+            src = self.producer_of(name)
+            if src is not None:
+                self.dag.add_edge(src, task.id, kind="after")
+        return task.id
+
+    def step(self, step: HostStep) -> None:
+        self.script.append(step)
+
+    def op(self, node: OpNode) -> None:
+        t_out = self.program.tensors[node.output]
+        if node.op == "kernel":
+            self.kernel(node, t_out)
+            return
+        opdef = lookup(node.op)
+        assert opdef is not None, node.op
+        if node.op in LAYOUT_OPS:
+            view = layout_view(
+                self.views[node.inputs[0]], node.op, dict(node.attrs), t_out.type.shape
+            )
+            if view is not None:
+                self.views[node.output] = View(
+                    node.output, view.base, view.offset, view.shape, view.strides, view.dtype
+                )
+                return
+        in_types = [self.program.tensors[n].type for n in node.inputs]
+        cost = opdef.cost(in_types, t_out.type, node.attrs)
+        unit = opdef.unit_for(node.attrs)
+        requested = node.attrs.get("block_dim")
+        block_dim = block_dim_for(
+            unit, cost.flops, cost.bytes_read + cost.bytes_written, self.device, requested
+        )
+        self.storage(t_out, "value")
+        reads = tuple(dict.fromkeys(self.base_of(n) for n in node.inputs))
+        task = self.add(
+            DagTask(
+                id=len(self.tasks),
+                name=t_out.label,
+                op=node.op,
+                unit=unit,
+                inputs=node.inputs,
+                output=node.output,
+                reads=reads,
+                writes=(node.output,),
+                flops=cost.flops,
+                bytes_read=cost.bytes_read,
+                bytes_written=cost.bytes_written,
+                block_dim=block_dim,
+                dtype=t_out.type.dtype,
+                attrs={k: v for k, v in node.attrs.items() if k != "block_dim"},
+                stream=node.stream,
+                span=node.span,
+            ),
+            after=node.after,
+        )
+        self.producer[node.output] = task
+
+    def kernel(self, node: OpNode, t_out: Tensor) -> None:
+        attrs = dict(node.attrs)
+        reads = tuple(dict.fromkeys(self.base_of(n) for n in attrs.get("reads", ())))
+        writes = tuple(dict.fromkeys(self.base_of(n) for n in attrs.get("writes", ())))
+        nbytes = {n: self.storages[n].nbytes for n in (*reads, *writes)}
+        task = self.add(
+            DagTask(
+                id=len(self.tasks),
+                name=t_out.label,
+                op="kernel",
+                unit=str(attrs["unit"]),
+                inputs=(),
+                output=None,
+                reads=reads,
+                writes=writes,
+                bytes_read=sum(nbytes[n] for n in reads),
+                bytes_written=sum(nbytes[n] for n in writes),
+                block_dim=int(attrs.get("block_dim", 1)),
+                attrs={k: v for k, v in attrs.items() if k != "block_dim"},
+                duration_us=float(attrs["us"]),
+                stream=node.stream,
+                span=node.span,
+            ),
+            after=node.after,
+        )
+        self.producer[node.output] = task
+
+    def finish_outputs(self) -> None:
+        """A ``d2h`` copy per output, placed right after the task that produces it."""
+        placed: dict[int | None, list[int]] = {}
+        for name in self.program.outputs:
+            t = self.program.tensors[name]
+            base = self.base_of(name)
+            task = DagTask(
+                id=len(self.tasks),
+                name=t.label,
+                op="d2h",
+                unit="dma",
+                inputs=(name,),
+                output=None,
+                reads=(base,),
+                writes=(),
+                bytes_read=t.type.nbytes,
+                bytes_written=t.type.nbytes,
+                dtype=t.type.dtype,
+                host=name,
+                span=t.span,
+            )
+            self.tasks.append(task)
+            self.dag.add_node(task.id)
+            src = self.producer_of(name)
+            if src is not None:
+                self.dag.add_edge(src, task.id, kind="data")
+            placed.setdefault(src, []).append(task.id)
+        if not placed:
+            return
+        script: list[int | HostStep] = list(placed.get(None, []))
+        for item in self.script:
+            script.append(item)
+            if isinstance(item, int) and item in placed:
+                script.extend(placed[item])
+        self.script = script
+
+    def renumber(self) -> None:
+        """Task ids in program (script) order, so listings read top to bottom."""
+        new = {old: k for k, old in enumerate(i for i in self.script if isinstance(i, int))}
+        self.tasks = sorted((replace(t, id=new[t.id]) for t in self.tasks), key=lambda t: t.id)
+        self.dag = nx.relabel_nodes(self.dag, new)
+        self.script = [
+            new[i]
+            if isinstance(i, int)
+            else replace(i, task=new[i.task])
+            if i.task is not None
+            else i
+            for i in self.script
+        ]

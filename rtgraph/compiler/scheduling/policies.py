@@ -1,0 +1,323 @@
+"""Stream-assignment policies: which stream each task goes to, and in what order it is submitted.
+
+A policy is any object with a ``name`` and an ``assign(graph) -> Assignment`` method (see
+:class:`StreamPolicy`); pass one to :func:`rtgraph.compile` as ``streams=`` to try your own.
+The task graph it receives has memory planned and hazards found: ``graph.dag`` holds every
+edge a valid order must keep (data, ``after=`` and hazards on bytes), ``graph.tasks`` the cost
+inputs, ``graph.device`` the device. It returns the streams, each task's stream and, if it
+reorders, the submission order (a topological order of ``graph.dag``). The barrier pass then
+makes any assignment correct; the policy only decides how fast it runs.
+
+Built in:
+
+* ``single`` — one stream: every task in program order (the baseline).
+* ``by-unit`` — one stream per unit type in use (Cube, Vector, DMA), as CANN recommends.
+* ``by-unit:N`` — up to N streams per unit type; each task joins the stream of its unit that
+  frees earliest by the cost model, preferring the stream of a predecessor (keeps chains).
+* ``explicit`` — the program's ``on s { }`` blocks keep their streams (and their own
+  ``record``/``wait``/``barrier``); the other tasks go by unit.
+* ``list`` — a cost-aware list scheduler (critical-path priorities) picks each task's stream
+  and the submission order, from the device cost model; its streams are the schedule's lanes
+  per unit, or dependency chains across units when the host is the bottleneck (see
+  :class:`ListScheduler`).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from rtgraph.compiler.taskgraph import DagTask, TaskGraph
+from rtgraph.errors import UsageError, did_you_mean
+from rtgraph.ir.graph import UNITS
+from rtgraph.stream_program.program import StreamInfo
+from rtgraph.timing.costmodel import estimate_us
+
+
+@dataclass(frozen=True)
+class Assignment:
+    streams: tuple[StreamInfo, ...]
+    stream_of: Mapping[int, int]
+    order: tuple[int, ...] | None = None
+    keeps_program_sync: bool = False
+
+
+@runtime_checkable
+class StreamPolicy(Protocol):
+    name: str
+
+    def assign(self, graph: TaskGraph) -> Assignment: ...
+
+
+def task_estimate_us(task: DagTask, graph: TaskGraph) -> float:
+    """The cost model's duration for ``task`` running alone on an idle device."""
+    if task.duration_us is not None:
+        return graph.device.unit(task.unit).launch_us + task.duration_us
+    kind = task.op if task.op in ("h2d", "d2h") else "d2d"
+    pinned = bool(task.attrs.get("pinned", True))
+    moved = task.bytes_written if task.unit == "dma" else task.bytes_read + task.bytes_written
+    return estimate_us(
+        task.unit,
+        task.dtype,
+        task.flops,
+        moved,
+        task.block_dim,
+        graph.device,
+        kind=kind,
+        pinned=pinned,
+    )
+
+
+def units_in_use(graph: TaskGraph) -> list[str]:
+    used = {t.unit for t in graph.tasks}
+    return [u for u in UNITS if u in used]
+
+
+class Single:
+    name = "single"
+
+    def assign(self, graph: TaskGraph) -> Assignment:
+        return Assignment((StreamInfo(0, "stream0"),), {t.id: 0 for t in graph.tasks})
+
+
+class ByUnit:
+    """One stream per unit type, or up to ``per_unit`` streams each (``by-unit:N``)."""
+
+    def __init__(self, per_unit: int = 1) -> None:
+        if per_unit < 1:
+            raise UsageError(f"by-unit:{per_unit}: the number of streams must be at least 1")
+        self.per_unit = per_unit
+        self.name = "by-unit" if per_unit == 1 else f"by-unit:{per_unit}"
+
+    def assign(self, graph: TaskGraph) -> Assignment:
+        streams: list[StreamInfo] = []
+        lanes: dict[str, list[int]] = {}
+        for unit in units_in_use(graph):
+            lanes[unit] = []
+            for k in range(self.per_unit):
+                suffix = "" if self.per_unit == 1 else f".{k}"
+                lanes[unit].append(len(streams))
+                streams.append(StreamInfo(len(streams), f"{unit}{suffix}"))
+        if self.per_unit == 1:
+            return Assignment(tuple(streams), {t.id: lanes[t.unit][0] for t in graph.tasks})
+        return _compact(streams, _spread(graph, lanes))
+
+
+def _compact(streams: list[StreamInfo], stream_of: dict[int, int]) -> Assignment:
+    """Drop streams no task landed on and renumber the rest in order."""
+    used = sorted(set(stream_of.values()))
+    new = {old: k for k, old in enumerate(used)}
+    kept = tuple(StreamInfo(new[s.id], s.name, s.priority) for s in streams if s.id in new)
+    return Assignment(kept, {t: new[s] for t, s in stream_of.items()})
+
+
+def _spread(graph: TaskGraph, lanes: dict[str, list[int]]) -> dict[int, int]:
+    """Each task, in program order, to the stream of its unit that can start it earliest."""
+    free_at = {s: 0.0 for ss in lanes.values() for s in ss}
+    finish: dict[int, float] = {}
+    stream_of: dict[int, int] = {}
+    for item in graph.script:
+        if not isinstance(item, int):
+            continue
+        task = graph.tasks[item]
+        preds = list(graph.dag.predecessors(item))
+        ready = max((finish[p] for p in preds if p in finish), default=0.0)
+        pred_streams = {stream_of[p] for p in preds if p in stream_of}
+        best = min(
+            lanes[task.unit],
+            key=lambda s: (max(ready, free_at[s]), s not in pred_streams, s),
+        )
+        start = max(ready, free_at[best])
+        finish[item] = free_at[best] = start + task_estimate_us(task, graph)
+        stream_of[item] = best
+    return stream_of
+
+
+class Explicit:
+    """The program's own streams for tasks in ``on`` blocks; the rest by unit."""
+
+    name = "explicit"
+
+    def assign(self, graph: TaskGraph) -> Assignment:
+        program = graph.program
+        streams = [
+            StreamInfo(i, name, program.stream_priorities.get(name, 0))
+            for i, name in enumerate(program.streams)
+        ]
+        ids = {s.name: s.id for s in streams}
+        stream_of: dict[int, int] = {}
+        for task in graph.tasks:
+            if task.stream is None:
+                key = f"{task.unit}*"
+                if key not in ids:
+                    ids[key] = len(streams)
+                    streams.append(StreamInfo(len(streams), f"{task.unit} (auto)"))
+                stream_of[task.id] = ids[key]
+            else:
+                stream_of[task.id] = ids[task.stream]
+        return Assignment(tuple(streams), stream_of, keeps_program_sync=True)
+
+
+#: Copies that cross the host link; the list scheduler gives each direction one lane.
+LINK_COPIES = ("h2d", "d2h")
+
+
+def _resource(task: DagTask) -> str:
+    """What a task occupies in the list schedule: its unit, or the link for a host copy."""
+    return task.op if task.op in LINK_COPIES and task.unit == "dma" else task.unit
+
+
+#: How much lower (a fraction) the chain mapping's score must be for ``list`` to prefer it.
+CHAIN_MARGIN = 0.05
+#: Replays of the device's timing ``list`` may spend improving its submission order, and the
+#: cap on replays × tasks (a replay costs about a task's worth of events per task).
+REFINE_REPLAYS = 3000
+REFINE_WORK = 300_000
+
+
+class ListScheduler:
+    """Critical-path list scheduling on the device cost model, then a stream per lane or chain.
+
+    The schedule fixes every task's start and the submission order; two mappings of it onto
+    streams are then weighed. *Lanes*: a stream per (unit, lane), as the schedule placed them.
+    *Chains*: a task joins the stream whose last task is its latest-finishing predecessor, or
+    else a stream idle by its start — dependent tasks share an in-order stream whatever their
+    unit, so they need no event and the host no switch. Each mapping is scored by the larger
+    of the schedule's makespan and an estimate of the host's submission time (an ioctl per
+    batch and per event wait, a submit cost per launch, record and wait); chains must score
+    :data:`CHAIN_MARGIN` lower to be chosen. They win where the host, not the device, is the
+    bottleneck. Finally the submission order is improved against the device's own timing
+    (launches, HBM and the host link shared by running tasks), which the plan's durations
+    leave out (:mod:`rtgraph.compiler.scheduling.order_search`, at most :data:`REFINE_REPLAYS`
+    replays).
+    """
+
+    name = "list"
+
+    def __init__(self, method: str = "auto") -> None:
+        self.method = method
+
+    def assign(self, graph: TaskGraph) -> Assignment:
+        from rtgraph.compiler.scheduling import Job, list_schedule
+
+        ids = [i for i in graph.script if isinstance(i, int)]
+        index = {t: k for k, t in enumerate(ids)}
+        jobs = [
+            Job(
+                duration=task_estimate_us(graph.tasks[t], graph),
+                unit=_resource(graph.tasks[t]),
+                preds=tuple(sorted(index[p] for p in graph.dag.predecessors(t))),
+                demand=1 if _resource(graph.tasks[t]) in LINK_COPIES else graph.tasks[t].block_dim,
+            )
+            for t in ids
+        ]
+        # Host copies share the one host link (a channel per direction), whatever the engines.
+        capacity = {u: graph.device.unit(u).cores for u in units_in_use(graph)}
+        capacity.update({kind: 1 for kind in LINK_COPIES if any(j.unit == kind for j in jobs)})
+        method = self.method
+        if method == "auto":
+            method = "best" if len(jobs) <= 2000 else "fast"
+        schedule = list_schedule(jobs, capacity, method=method)
+        order = sorted(range(len(jobs)), key=lambda k: (schedule.start[k], k))
+        candidates = [_lanes(jobs, schedule), _chains(jobs, schedule, order)]
+        host = graph.device.host
+        scores = [
+            max(schedule.makespan, _host_estimate_us(jobs, order, of, host)) for _, of in candidates
+        ]
+        # The estimates are rough: chains must win clearly, or the lanes keep the units apart.
+        choice = 1 if scores[1] < (1 - CHAIN_MARGIN) * scores[0] else 0
+        streams, lane_of = candidates[choice]
+        stream_of = {ids[k]: lane_of[k] for k in range(len(jobs))}
+        submission = [ids[k] for k in order]
+        replays = min(REFINE_REPLAYS, REFINE_WORK // max(len(jobs), 1))
+        if replays > 0:
+            from rtgraph.compiler.scheduling.order_search import improve_order
+
+            submission = improve_order(graph, stream_of, submission, replays=replays)
+        return Assignment(streams, stream_of, tuple(submission))
+
+
+def _lanes(jobs, schedule) -> tuple[tuple[StreamInfo, ...], list[int]]:
+    """A stream per (unit, lane) of the schedule, numbered by unit then lane."""
+    streams: list[StreamInfo] = []
+    sid: dict[tuple[str, int], int] = {}
+    rank = {**{u: k for k, u in enumerate(UNITS)}, "h2d": len(UNITS), "d2h": len(UNITS) + 1}
+    for k in sorted(range(len(jobs)), key=lambda k: (rank[jobs[k].unit], schedule.lane[k])):
+        key = (jobs[k].unit, schedule.lane[k])
+        if key not in sid:
+            sid[key] = len(streams)
+            name = f"dma.{key[0]}" if key[0] in LINK_COPIES else f"{key[0]}.{key[1]}"
+            streams.append(StreamInfo(len(streams), name))
+    return tuple(streams), [sid[(j.unit, schedule.lane[k])] for k, j in enumerate(jobs)]
+
+
+def _chains(jobs, schedule, order) -> tuple[tuple[StreamInfo, ...], list[int]]:
+    """Streams as chains of the schedule: follow the latest-finishing predecessor, else reuse
+    the stream that went idle last before the task starts, else open one."""
+    last: list[int] = []  # per stream: its last job so far
+    stream_of = [0] * len(jobs)
+    for k in order:
+        chosen = None
+        for p in sorted(jobs[k].preds, key=lambda p: -schedule.finish[p]):
+            if last[stream_of[p]] == p:
+                chosen = stream_of[p]
+                break
+        if chosen is None:
+            idle = [s for s, j in enumerate(last) if schedule.finish[j] <= schedule.start[k]]
+            if idle:
+                chosen = max(idle, key=lambda s: schedule.finish[last[s]])
+            else:
+                chosen = len(last)
+                last.append(k)
+        last[chosen] = k
+        stream_of[k] = chosen
+    return tuple(StreamInfo(s, f"chain.{s}") for s in range(len(last))), stream_of
+
+
+def _host_estimate_us(jobs, order, stream_of, host) -> float:
+    """The host's submission time on these streams: a submit cost per launch, record and wait,
+    and an ioctl per full batch plus one per wait (the producer's batch must be flushed before
+    the consumer's wait can be submitted). Waits are counted as the barrier pass inserts them:
+    a dependency already implied by an earlier wait (a vector clock per stream) needs none."""
+    lanes = max(stream_of, default=0) + 1
+    known = [[0] * lanes for _ in range(lanes)]  # known[s][q]: tasks of q that s has seen end
+    seen: dict[int, list[int]] = {}
+    waits = 0
+    for k in order:
+        s = stream_of[k]
+        clock = known[s]
+        for p in jobs[k].preds:
+            q = stream_of[p]
+            if q != s and clock[q] < seen[p][q]:
+                waits += 1
+                clock[:] = [max(a, b) for a, b in zip(clock, seen[p], strict=True)]
+        clock[s] += 1
+        seen[k] = list(clock)
+    ioctls = math.ceil(len(jobs) / host.batch_size) + waits
+    return ioctls * host.ioctl_us + (len(jobs) + 2 * waits) * host.submit_us
+
+
+BUILTIN = ("single", "by-unit", "by-unit:N", "explicit", "list")
+
+
+def policy_from_name(name: str) -> StreamPolicy:
+    """The built-in policy called ``name`` (``by-unit:N`` takes a stream count)."""
+    if name == "single":
+        return Single()
+    if name == "by-unit":
+        return ByUnit()
+    if name.startswith("by-unit:"):
+        count = name.split(":", 1)[1]
+        if not count.isdigit():
+            raise UsageError(f"'{name}': expected by-unit:N with N a positive integer")
+        return ByUnit(int(count))
+    if name == "explicit":
+        return Explicit()
+    if name == "list":
+        return ListScheduler()
+    hint = did_you_mean(name, ["single", "by-unit", "explicit", "list"])
+    raise UsageError(
+        f"unknown stream policy '{name}'", hint=hint or f"choose one of: {', '.join(BUILTIN)}"
+    )

@@ -1,0 +1,152 @@
+"""The checked program: the IR the front end hands to the back end and the interpreter.
+
+The front end resolves names, inlines functions, unrolls loops and infers every tensor's type,
+so the IR is flat and small enough to print: a table of tensors and a list of nodes in program
+order. Every tensor has a unique name (inlined and unrolled names are qualified, e.g.
+``ffn.1/h``), keeps the name the user wrote for messages, and the span where it was bound.
+
+Node kinds:
+
+* :class:`OpNode` — one op application; produces exactly one tensor (a synthetic ``kernel``
+  produces a *token*, a zero-size value usable only in ``after=``).
+* :class:`RecordNode`, :class:`WaitNode`, :class:`BarrierNode` — explicit stream control,
+  only inside ``on s { }`` blocks.
+* :class:`SyncNode` — the host blocks on an event, a stream, or the whole device.
+* :class:`CallbackNode` — a host callback after the task producing a tensor completes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from rtgraph.dtypes import TensorType
+from rtgraph.errors import Source, Span
+
+if TYPE_CHECKING:
+    pass
+
+Unit = Literal["cube", "vector", "dma"]
+UNITS: tuple[Unit, ...] = ("cube", "vector", "dma")
+
+TensorKind = Literal["input", "param", "const", "value", "buffer", "token"]
+AllocHint = Literal["auto", "direct", "cached"]
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """A named value of the program.
+
+    ``kind`` says where it comes from: a host ``input``, a ``param`` (weights, resident on the
+    device), a ``const`` scalar (``value`` holds it), an op's result (``value``), a raw
+    ``buffer`` (``address`` fixed when the program gave one; type ``i8[bytes]``), or the
+    ``token`` of a synthetic kernel. ``pinned`` is False for an ``input`` declared
+    ``@pageable`` (its host copy is then synchronous).
+    """
+
+    name: str
+    type: TensorType
+    kind: TensorKind
+    span: Span | None = None
+    display: str = ""
+    alloc: AllocHint = "auto"
+    value: float | None = None
+    address: int | None = None
+    pinned: bool = True
+
+    @property
+    def label(self) -> str:
+        """The name as the user wrote it."""
+        return self.display or self.name
+
+
+@dataclass(frozen=True)
+class OpNode:
+    """``output = op(*inputs, **attrs)``.
+
+    ``stream`` is the explicit stream of an enclosing ``on`` block (None: the compiler
+    chooses). ``after`` names tokens/tensors whose producers must finish first with no data
+    flowing (``kernel(..., after=[t1])``). For a synthetic ``kernel`` the attrs hold ``unit``,
+    ``us``, ``reads`` and ``writes`` (tensor or buffer names), and optionally ``block_dim``.
+    """
+
+    op: str
+    inputs: tuple[str, ...]
+    output: str
+    attrs: Mapping[str, Any]
+    span: Span | None = None
+    stream: str | None = None
+    after: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class RecordNode:
+    event: str
+    stream: str
+    span: Span | None = None
+
+
+@dataclass(frozen=True)
+class WaitNode:
+    event: str
+    stream: str
+    span: Span | None = None
+
+
+@dataclass(frozen=True)
+class BarrierNode:
+    stream: str
+    span: Span | None = None
+
+
+@dataclass(frozen=True)
+class SyncNode:
+    """The host blocks: on an event, on a stream, or (``target`` None) on the device."""
+
+    kind: Literal["event", "stream", "device"]
+    target: str | None = None
+    span: Span | None = None
+
+
+@dataclass(frozen=True)
+class CallbackNode:
+    """Host callback ``name`` that runs once the task producing ``after`` has completed."""
+
+    name: str
+    after: str
+    span: Span | None = None
+    blocking: bool = False
+
+
+Node = OpNode | RecordNode | WaitNode | BarrierNode | SyncNode | CallbackNode
+
+
+@dataclass
+class Program:
+    """A checked .rtg program with all parameters bound."""
+
+    name: str
+    params: dict[str, int]
+    device: str | None
+    tensors: dict[str, Tensor]
+    nodes: list[Node]
+    outputs: list[str]
+    streams: list[str] = field(default_factory=list)
+    events: list[str] = field(default_factory=list)
+    stream_priorities: dict[str, int] = field(default_factory=dict)
+    source: Source | None = None
+
+    # --- views ---------------------------------------------------------------------------
+    def op_nodes(self) -> list[OpNode]:
+        return [n for n in self.nodes if isinstance(n, OpNode)]
+
+    def inputs(self) -> list[Tensor]:
+        return [t for t in self.tensors.values() if t.kind == "input"]
+
+    def params_(self) -> list[Tensor]:
+        return [t for t in self.tensors.values() if t.kind == "param"]
+
+    @property
+    def has_explicit_streams(self) -> bool:
+        return bool(self.streams)

@@ -1,0 +1,109 @@
+"""A readable listing of a checked program, for people and golden tests.
+
+Declared tensors come first (inputs, params, consts, buffers), then streams and events, then one
+line per node in program order, then the outputs::
+
+    program mlp(S=128, D=256)  device "ascend-910b"
+      input  x : f16[128, 256]
+      param  w : f16[256, 256] @direct
+      %0 = matmul(x, w) : f16[128, 256]        # x @ w
+      h = relu(%0) : f16[128, 256]
+      output h
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rtgraph.ir.graph import (
+    BarrierNode,
+    CallbackNode,
+    Node,
+    OpNode,
+    Program,
+    RecordNode,
+    SyncNode,
+    Tensor,
+    WaitNode,
+)
+
+_DECLARED = ("input", "param", "const", "buffer")
+
+
+def format_value(value: Any) -> str:
+    """An attribute value as it would be written in .rtg."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, tuple | list):
+        return "[" + ", ".join(format_value(v) for v in value) + "]"
+    if value is None:
+        return "none"
+    return str(value)
+
+
+def _declaration(t: Tensor) -> str:
+    line = f"  {t.kind:<6} {t.name} : {t.type}"
+    if t.kind == "input" and not t.pinned:
+        line += " @pageable"
+    if t.kind == "param" and t.alloc != "auto":
+        line += f" @{t.alloc}"
+    if t.kind == "const":
+        line += f" = {t.value!r}"
+    if t.kind == "buffer" and t.address is not None:
+        line += f" at {t.address:#x}"
+    return line
+
+
+def _op_line(node: OpNode, program: Program) -> str:
+    args = [*node.inputs, *(f"{k}={format_value(v)}" for k, v in node.attrs.items())]
+    out = program.tensors.get(node.output)
+    line = f"  {node.output} = {node.op}({', '.join(args)})"
+    if out is not None and out.kind != "token":
+        line += f" : {out.type}"
+    if node.stream is not None:
+        line += f" on {node.stream}"
+    if node.after:
+        line += f" after [{', '.join(node.after)}]"
+    if out is not None and node.output.startswith("%") and out.display:
+        line = f"{line:<48}  # {out.display}"
+    return line
+
+
+def format_node(node: Node, program: Program) -> str:
+    """One node as a line of the listing."""
+    if isinstance(node, OpNode):
+        return _op_line(node, program)
+    if isinstance(node, RecordNode):
+        return f"  record {node.event} on {node.stream}"
+    if isinstance(node, WaitNode):
+        return f"  wait {node.event} on {node.stream}"
+    if isinstance(node, BarrierNode):
+        return f"  barrier on {node.stream}"
+    if isinstance(node, SyncNode):
+        return "  sync" if node.target is None else f"  sync {node.kind} {node.target}"
+    if isinstance(node, CallbackNode):
+        return f'  callback "{node.name}" after {node.after}' + (
+            " blocking" if node.blocking else ""
+        )
+    return f"  {node!r}"
+
+
+def format_program(program: Program) -> str:
+    """The whole program as text (see the module docstring)."""
+    params = ", ".join(f"{k}={v}" for k, v in program.params.items())
+    head = f"program {program.name}({params})"
+    if program.device:
+        head += f'  device "{program.device}"'
+    lines = [head]
+    lines += [_declaration(t) for t in program.tensors.values() if t.kind in _DECLARED]
+    if program.streams:
+        streams = [
+            f"{s}(priority={program.stream_priorities[s]})" if s in program.stream_priorities else s
+            for s in program.streams
+        ]
+        lines.append(f"  stream {', '.join(streams)}")
+    if program.events:
+        lines.append(f"  event  {', '.join(program.events)}")
+    lines += [format_node(n, program) for n in program.nodes]
+    lines += [f"  output {name}" for name in program.outputs]
+    return "\n".join(lines)
