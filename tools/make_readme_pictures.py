@@ -11,6 +11,7 @@ mode on its device. Three pictures are written:
 Run from the repository root::
 
     python tools/make_readme_pictures.py            # S=128, D=768, H=12 on ascend-910b
+    python tools/make_readme_pictures.py --out /tmp/pictures   # elsewhere (made if missing)
 
 Everything that decides a number is deterministic, so the same rtgraph gives the same pictures.
 """
@@ -38,8 +39,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("-S", type=int, default=128, help="sequence length (default 128)")
     parser.add_argument("--device", default=None, help="device (default: the model's own)")
     parser.add_argument("--memory", default="stream-ordered", help="memory plan policy")
-    parser.add_argument("--out", default=str(ROOT / "docs"), help="output folder")
+    parser.add_argument(
+        "--out", default=str(ROOT / "docs"), help="output folder (created if missing)"
+    )
     args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
 
     program = rtgraph.load(args.model, S=args.S, device=args.device)
     device = rtgraph.device(args.device or program.device)
@@ -49,7 +54,6 @@ def main(argv: list[str] | None = None) -> None:
         result = rtgraph.run(compiled, device=device, numerics=False)
         runs[policy] = (result, compiled)
 
-    out = Path(args.out)
     single, by_unit = (runs[p][0].makespan_us for p in POLICIES)
     fig = plot_timeline_compare(runs, device=device)
     fig.suptitle(

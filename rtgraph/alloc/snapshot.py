@@ -22,16 +22,29 @@ from __future__ import annotations
 
 import json
 import pickle
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
-if TYPE_CHECKING:
-    from rtgraph.alloc.base import Allocator, BlockInfo
+from rtgraph.alloc.records import BlockInfo, SegmentInfo, TraceEntry
+from rtgraph.files import write_atomic
 
 _SEGMENT_TYPE = {"small_pool": "small", "large_pool": "large"}
 
 
-def build_snapshot(allocator: Allocator) -> dict:
+class Inspectable(Protocol):
+    """What a snapshot reads from an allocator (every :class:`~rtgraph.alloc.base.Allocator`)."""
+
+    def blocks(self) -> Sequence[BlockInfo]: ...
+
+    def segments(self) -> Sequence[SegmentInfo]: ...
+
+    def trace(self) -> Sequence[TraceEntry]: ...
+
+    def settings(self) -> Mapping[str, Any]: ...
+
+
+def build_snapshot(allocator: Inspectable) -> dict:
     """The allocator's segments, blocks and trace in PyTorch's snapshot layout."""
     by_segment: dict[int, list[BlockInfo]] = {}
     for block in allocator.blocks():
@@ -92,11 +105,8 @@ def write_snapshot(snapshot: dict, path: str | Path) -> Path:
     """Write ``snapshot`` to ``path``: pickle for ``.pickle``/``.pkl`` (memory_viz), else JSON."""
     path = Path(path)
     if path.suffix in (".pickle", ".pkl"):
-        with path.open("wb") as f:
-            pickle.dump(snapshot, f)
-    else:
-        path.write_text(to_json(snapshot, indent=1) + "\n", encoding="utf-8")
-    return path
+        return write_atomic(path, pickle.dumps(snapshot))
+    return write_atomic(path, to_json(snapshot, indent=1) + "\n")
 
 
 def load_snapshot(path: str | Path) -> dict:

@@ -34,7 +34,8 @@ from rtgraph.device import DeviceSpec, load_device
 from rtgraph.emulator import RunResult
 from rtgraph.emulator import run as emulate
 from rtgraph.errors import UsageError
-from rtgraph.reports.trace import dtype_of, write_atomic
+from rtgraph.files import write_atomic
+from rtgraph.reports.trace import dtype_of
 from rtgraph.stream_program.program import Operand, StreamProgram, Task
 from rtgraph.timing.costmodel import compute_us
 

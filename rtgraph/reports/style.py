@@ -8,16 +8,17 @@ picture reaches disk: by suffix, atomically.
 from __future__ import annotations
 
 import os
-import secrets
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 from matplotlib import rc_context
 from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.colors import to_rgba
 from matplotlib.figure import Figure
 
 from rtgraph.errors import UsageError
+from rtgraph.files import atomic_output
 from rtgraph.ops import lookup
 
 #: Op classes in legend order, each with its colour (colour-blind-friendly, Okabe–Ito based).
@@ -105,8 +106,6 @@ def op_class(op: str) -> str:
 
 def op_colors(ops: Sequence[str]) -> np.ndarray:
     """RGBA rows, one per op name, by op class (classified once per distinct name)."""
-    from matplotlib.colors import to_rgba
-
     names, inverse = np.unique(np.asarray(ops, dtype=object).astype(str), return_inverse=True)
     table = np.array([to_rgba(OP_CLASS_COLORS[op_class(n)]) for n in names]).reshape(-1, 4)
     return table[inverse.reshape(-1)] if len(ops) else np.zeros((0, 4))
@@ -150,8 +149,8 @@ def bytes_label(n: float) -> str:
 def save_figure(fig: Figure, path: str | os.PathLike[str], *, dpi: int = 150) -> Path:
     """Write ``fig`` as PNG, SVG or PDF (chosen by the suffix), atomically.
 
-    The picture is written to a temporary file in the target folder and renamed over ``path``,
-    so a reader never sees half a file and a failed save leaves the old file in place.
+    The file is written whole or not at all (:func:`rtgraph.files.atomic_output`): a reader
+    never sees half a picture, and a failed save leaves the old file in place.
     """
     target = Path(path)
     fmt = SAVE_FORMATS.get(target.suffix.lower())
@@ -161,24 +160,9 @@ def save_figure(fig: Figure, path: str | os.PathLike[str], *, dpi: int = 150) ->
             f"{target.suffix or '(no suffix)'!r}",
             hint=f"use one of {', '.join(SAVE_FORMATS)}",
         )
-    folder = target.parent if str(target.parent) else Path(".")
-    if not folder.is_dir():
-        raise UsageError(
-            f"cannot save a picture to {str(target)!r}: folder {str(folder)!r} does not exist",
-            hint="create the folder first or choose another path",
-        )
     if not isinstance(fig.canvas, FigureCanvasAgg):
         FigureCanvasAgg(fig)
-    # Not mkstemp: its files are private (0600); this one gets the permissions of any new file.
-    tmp = str(folder / f".{target.name}.{secrets.token_hex(6)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-    try:
-        # A fixed salt makes the SVG's element ids, and so the file, the same on every save.
-        with os.fdopen(fd, "wb") as out, rc_context({"svg.hashsalt": "rtgraph"}):
-            fig.savefig(out, format=fmt, dpi=dpi, metadata=_NO_DATES.get(fmt))
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    # A fixed salt makes the SVG's element ids, and so the file, the same on every save.
+    with atomic_output(target) as out, rc_context({"svg.hashsalt": "rtgraph"}):
+        fig.savefig(out, format=fmt, dpi=dpi, metadata=_NO_DATES.get(fmt))
     return target

@@ -26,7 +26,6 @@ from __future__ import annotations
 import heapq
 import json
 import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,6 +35,7 @@ import numpy as np
 from rtgraph.device.spec import DeviceSpec
 from rtgraph.emulator.results import EventWaitTime, RunResult, TaskRecord
 from rtgraph.errors import UsageError
+from rtgraph.files import write_atomic
 from rtgraph.stream_program.program import Operand, StreamProgram
 
 HOST_PID = 0
@@ -542,36 +542,12 @@ def chrome_trace(
     }
 
 
-def write_atomic(path: str | os.PathLike[str], text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file in the same folder and ``os.replace``.
-
-    A reader never sees a half-written file; a failed write leaves the old file in place.
-    """
-    target = os.fspath(path)
-    folder = os.path.dirname(os.path.abspath(target))
-    try:
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".part", dir=folder)
-    except OSError as e:
-        raise UsageError(
-            f"cannot write '{target}': {e.strerror or e}",
-            hint="check that the folder exists and is writable",
-        ) from None
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
-            f.write(text)
-        os.replace(tmp, target)
-    except OSError as e:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise UsageError(f"cannot write '{target}': {e.strerror or e}") from None
-
-
 def write_trace(
     path: str | os.PathLike[str],
     result: RunResult,
     program: StreamProgram,
     device: DeviceSpec | None = None,
 ) -> None:
-    """Write the run's trace to ``path`` (JSON, atomically)."""
+    """Write the run's trace to ``path`` (JSON, whole or not at all: :mod:`rtgraph.files`)."""
     trace = chrome_trace(result, program, device)
     write_atomic(path, json.dumps(trace, separators=(",", ":")))

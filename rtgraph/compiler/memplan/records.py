@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rtgraph.errors import InputError, Source, Span
+from rtgraph.files import write_atomic
 
 #: The columns every record file has, in the order this module writes them.
 COLUMNS = ("id", "lower", "upper", "size")
@@ -140,7 +141,7 @@ def write_offsets_csv(
                 hint="pass the offsets of a placement of these same records",
             )
         writer.writerow((r.id, r.lower, r.upper, r.size, offsets[r.id]))
-    Path(path).write_text(buffer.getvalue(), encoding="utf-8")
+    write_atomic(path, buffer.getvalue())
 
 
 # --- helpers ----------------------------------------------------------------------------------
