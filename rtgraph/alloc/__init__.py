@@ -18,16 +18,24 @@ from __future__ import annotations
 
 import inspect
 
-from rtgraph.alloc.base import Allocation, Allocator, BlockInfo, SegmentInfo, TraceEntry
+from rtgraph.alloc.base import Allocator
 from rtgraph.alloc.buddy import BuddyAllocator
 from rtgraph.alloc.caching_pool import CachingPool, PyTorchCachingAllocator
 from rtgraph.alloc.direct import DirectAllocator, aclrt_malloc_size
+from rtgraph.alloc.records import Allocation, BlockInfo, SegmentInfo, TraceEntry
 from rtgraph.alloc.snapshot import build_snapshot, load_snapshot, to_json, write_snapshot
 from rtgraph.alloc.stats import recount
 from rtgraph.device.spec import MemorySpec
 from rtgraph.errors import DeviceError, did_you_mean
 
 KINDS: tuple[str, ...] = ("direct", "pool", "pytorch", "buddy")
+#: What each kind models (the CLI's help and ``docs/options.md`` quote it).
+KIND_HELP: dict[str, str] = {
+    "direct": "aclrtMalloc/aclrtFree per request (≈50 µs a call, nothing cached)",
+    "pool": "from rtgraph's caching pool (segments, best fit, stream-ordered reuse; ≈1 µs a call)",
+    "pytorch": "by PyTorch's caching allocator rules (small/large pools, per-stream reuse)",
+    "buddy": "from power-of-two buddy blocks over one arena",
+}
 
 _CLASSES: dict[str, type[Allocator]] = {
     "direct": DirectAllocator,
@@ -98,6 +106,7 @@ def _accepted_options(cls: type[Allocator]) -> list[str]:
 
 __all__ = [
     "KINDS",
+    "KIND_HELP",
     "Allocation",
     "Allocator",
     "BlockInfo",

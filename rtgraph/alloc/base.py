@@ -23,83 +23,18 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Literal
 
 from rtgraph.alloc.driver import DEFAULT_BASE_ADDRESS, DeviceDriver
+from rtgraph.alloc.records import (
+    Allocation,
+    BlockInfo,
+    SegmentInfo,
+    TraceAction,
+    TraceEntry,
+)
+from rtgraph.alloc.snapshot import build_snapshot
 from rtgraph.alloc.stats import StatBook, free_space
 from rtgraph.errors import DeviceError, OutOfMemoryError
-
-BlockState = Literal["active_allocated", "active_pending_free", "inactive"]
-PoolName = Literal["small_pool", "large_pool"]
-TraceAction = Literal[
-    "alloc", "free_requested", "free_completed", "segment_alloc", "segment_free", "oom"
-]
-
-MiB = 1024 * 1024
-
-
-@dataclass(frozen=True)
-class Allocation:
-    """What :meth:`Allocator.malloc` hands back.
-
-    ``size`` is the block actually reserved (after rounding), ``requested`` what was asked for.
-    ``latency_us`` is the emulated host time the call cost. ``wait_for`` lists the streams whose
-    earlier work may still touch this memory: the caller must make ``stream`` wait on an event
-    recorded on each of them before using it.
-    """
-
-    handle: int
-    address: int
-    size: int
-    requested: int
-    stream: int
-    latency_us: float
-    wait_for: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True)
-class BlockInfo:
-    """One block of device memory as an allocator sees it (for recounts and pictures).
-
-    ``segment`` is the base address of the segment (driver allocation) holding the block;
-    ``stream`` is the stream of a live block, or of the segment for a free one. ``waits`` are,
-    for a free block, the streams a reuser on another stream would have to wait for.
-    """
-
-    address: int
-    size: int
-    state: BlockState
-    segment: int
-    stream: int
-    requested: int = 0
-    pool: PoolName = "large_pool"
-    waits: tuple[int, ...] = ()
-    handle: int = 0
-
-
-@dataclass(frozen=True)
-class SegmentInfo:
-    """One segment: a range the allocator obtained from the driver in one call."""
-
-    address: int
-    size: int
-    stream: int
-    pool: PoolName = "large_pool"
-
-
-@dataclass(frozen=True)
-class TraceEntry:
-    """One recorded allocator action, in PyTorch's ``device_traces`` vocabulary.
-
-    For ``oom`` the ``addr`` field holds the bytes the driver still had free (as PyTorch does).
-    """
-
-    action: TraceAction
-    addr: int
-    size: int
-    stream: int
-    time_us: float
 
 
 class Allocator(ABC):
@@ -173,8 +108,6 @@ class Allocator(ABC):
 
     def snapshot(self) -> dict:
         """Segments, blocks and the action trace in PyTorch's ``_snapshot()`` layout."""
-        from rtgraph.alloc.snapshot import build_snapshot
-
         return build_snapshot(self)
 
     def device_free(self) -> tuple[int, int]:

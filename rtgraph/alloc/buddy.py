@@ -19,15 +19,9 @@ from bisect import bisect_left, insort
 from collections.abc import Callable
 from typing import NamedTuple
 
-from rtgraph.alloc.base import (
-    Allocation,
-    Allocator,
-    BlockInfo,
-    SegmentInfo,
-    check_power_of_two,
-    check_stream,
-)
+from rtgraph.alloc.base import Allocator, check_power_of_two, check_stream
 from rtgraph.alloc.driver import DEFAULT_BASE_ADDRESS
+from rtgraph.alloc.records import Allocation, BlockInfo, SegmentInfo
 from rtgraph.errors import DeviceError
 
 

@@ -33,19 +33,10 @@ from bisect import bisect_left, insort
 from collections.abc import Callable, Iterator
 from typing import Literal, NamedTuple
 
-from rtgraph.alloc.base import (
-    Allocation,
-    Allocator,
-    BlockInfo,
-    BlockState,
-    MiB,
-    PoolName,
-    SegmentInfo,
-    check_power_of_two,
-    check_stream,
-)
+from rtgraph.alloc.base import Allocator, check_power_of_two, check_stream
 from rtgraph.alloc.driver import DEFAULT_BASE_ADDRESS
 from rtgraph.alloc.pool_policies import K_LARGE_BUFFER, PoolPolicy, PyTorchPolicy
+from rtgraph.alloc.records import Allocation, BlockInfo, BlockState, MiB, PoolName, SegmentInfo
 from rtgraph.errors import DeviceError
 
 FREE: BlockState = "inactive"

@@ -16,17 +16,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from rtgraph.alloc.base import (
-    Allocation,
-    Allocator,
-    BlockInfo,
-    PoolName,
-    SegmentInfo,
-    check_power_of_two,
-    check_stream,
-    round_up,
-)
+from rtgraph.alloc.base import Allocator, check_power_of_two, check_stream, round_up
 from rtgraph.alloc.driver import DEFAULT_BASE_ADDRESS
+from rtgraph.alloc.records import Allocation, BlockInfo, PoolName, SegmentInfo
 
 
 def aclrt_malloc_size(

@@ -17,7 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rtgraph.alloc.base import MiB, PoolName, round_up
+from rtgraph.alloc.base import round_up
+from rtgraph.alloc.records import MiB, PoolName
 
 K_MIN_BLOCK_SIZE = 512  # all sizes are rounded to at least 512 bytes
 K_SMALL_SIZE = 1 * MiB  # largest "small" allocation

@@ -14,12 +14,10 @@ Key names follow PyTorch: ``<stat>.<pool>.<field>`` with stat one of :data:`BYTE
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from rtgraph.alloc.base import BlockInfo
+from rtgraph.alloc.records import BlockInfo
 
 POOLS: tuple[str, ...] = ("all", "small_pool", "large_pool")
 COUNT_STATS: tuple[str, ...] = ("allocation", "segment", "active")
