@@ -41,7 +41,6 @@ from rtgraph.runtime.device import (
     set_device,
     synchronize,
 )
-from rtgraph.runtime.event import Event
 from rtgraph.runtime.memory import (
     empty_cache,
     max_memory_allocated,
@@ -52,7 +51,14 @@ from rtgraph.runtime.memory import (
     memory_stats,
 )
 from rtgraph.runtime.state import DEFAULT_ALLOCATOR, DEFAULT_DEVICE, context, reset
-from rtgraph.runtime.streams import Stream, current_stream, default_stream, set_stream, stream
+from rtgraph.runtime.streams import (
+    Event,
+    Stream,
+    current_stream,
+    default_stream,
+    set_stream,
+    stream,
+)
 from rtgraph.runtime.tensors import Tensor, empty, from_numpy, tensor
 from rtgraph.stream_program.program import StreamProgram
 

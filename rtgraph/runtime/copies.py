@@ -15,10 +15,11 @@ import numpy as np
 from rtgraph.dtypes import to_value
 from rtgraph.errors import DTypeError, ShapeError, UsageError
 from rtgraph.ops.registry import lookup
-from rtgraph.runtime.tensors import Tensor
+from rtgraph.runtime.ops import launch
+from rtgraph.runtime.tensor_data import TensorData
 
 
-def _check_same(dst: Tensor, src: Tensor) -> None:
+def _check_same(dst: TensorData, src: TensorData) -> None:
     if dst.shape != src.shape:
         raise ShapeError(
             f"copy_: destination has shape {list(dst.shape)}, source {list(src.shape)}",
@@ -31,9 +32,9 @@ def _check_same(dst: Tensor, src: Tensor) -> None:
         )
 
 
-def copy_into(dst: Tensor, src: Tensor, non_blocking: bool = False) -> None:
+def copy_into(dst: TensorData, src: TensorData, non_blocking: bool = False) -> None:
     """``dst.copy_(src)``: pick the kind of copy by where the two tensors live."""
-    if not isinstance(src, Tensor):
+    if not isinstance(src, TensorData):
         raise UsageError(f"copy_ takes a Tensor, got {type(src).__name__}")
     _check_same(dst, src)
     if dst.is_npu and src.is_npu:
@@ -43,23 +44,21 @@ def copy_into(dst: Tensor, src: Tensor, non_blocking: bool = False) -> None:
                 f"copy_ between devices ({src.device} → {dst.device}) is not supported",
                 hint="copy through the host: dst.copy_(src.cpu())",
             )
-        from rtgraph.runtime.ops import launch
-
         launch(lookup("copy"), [src], {}, out=dst)  # type: ignore[arg-type]
     elif dst.is_npu:
         _h2d(dst, src, non_blocking)
     elif src.is_npu:
         _d2h(dst, src, non_blocking)
     else:
-        value = np.array(src.numpy(), copy=True)  # copy first: src and dst may share memory
+        value = np.array(_host_value(src), copy=True)  # copy first: src and dst may share memory
         resolve(dst)
         assert dst._array is not None
         dst._array[...] = to_value(value, dst.dtype)
 
 
-def _h2d(dst: Tensor, src: Tensor, non_blocking: bool) -> None:
+def _h2d(dst: TensorData, src: TensorData, non_blocking: bool) -> None:
     ctx = dst.context("copy_")
-    value = np.array(src.numpy(), copy=True)  # lands pending copies into src first
+    value = np.array(_host_value(src), copy=True)  # lands pending copies into src first
     rec = ctx.recorder
     sid = ctx.current_stream
     host = rec.host_tensor("input", dst.shape, dst.dtype, src._pinned, value)
@@ -79,7 +78,7 @@ def _h2d(dst: Tensor, src: Tensor, non_blocking: bool) -> None:
         rec.sync("stream", sid)
 
 
-def _d2h(dst: Tensor, src: Tensor, non_blocking: bool) -> None:
+def _d2h(dst: TensorData, src: TensorData, non_blocking: bool) -> None:
     ctx = src.context("copy_")
     rec = ctx.recorder
     sid = ctx.current_stream
@@ -105,7 +104,14 @@ def _d2h(dst: Tensor, src: Tensor, non_blocking: bool) -> None:
     ctx.run()  # synchronous for the host: the value is there when copy_ returns
 
 
-def resolve(host: Tensor) -> None:
+def _host_value(host: TensorData) -> np.ndarray:
+    """A host tensor's array, once every device-to-host copy into it has landed."""
+    resolve(host)
+    assert host._array is not None
+    return host._array
+
+
+def resolve(host: TensorData) -> None:
     """Land every device-to-host copy into ``host`` before the host reads or writes it.
 
     Runs the emulator; a copy not finished by the host's "now" (a non_blocking copy to pinned

@@ -27,7 +27,7 @@ from rtgraph.errors import CheckError, DTypeError, InputError, ShapeError, Usage
 from rtgraph.ir.graph import UNITS, TensorType
 from rtgraph.ops.registry import OpDef, OpError, all_ops
 from rtgraph.runtime.context import Context
-from rtgraph.runtime.tensors import Tensor, dtype_name
+from rtgraph.runtime.tensor_data import TensorData, dtype_name
 from rtgraph.timing.costmodel import block_dim_for, compute_us
 
 _ERRORS = {"shape": ShapeError, "dtype": DTypeError, "attr": CheckError}
@@ -111,10 +111,10 @@ def attributes(op: OpDef, given: Mapping[str, Any]) -> dict[str, Any]:
 # --- enqueueing ----------------------------------------------------------------------------
 
 
-def _context_of(op: OpDef, tensors: Sequence[Tensor]) -> Context:
+def _context_of(op: OpDef, tensors: Sequence[TensorData]) -> Context:
     ctx = None
     for i, t in enumerate(tensors):
-        if not isinstance(t, Tensor):
+        if not isinstance(t, TensorData):
             raise UsageError(f"{op.name}: argument {i + 1} is a {type(t).__name__}, not a Tensor")
         here = t.context(f"{op.name} (argument {i + 1})")
         if ctx is not None and here is not ctx:
@@ -129,8 +129,11 @@ def _context_of(op: OpDef, tensors: Sequence[Tensor]) -> Context:
 
 
 def launch(
-    op: OpDef, tensors: Sequence[Tensor], attrs: Mapping[str, Any], out: Tensor | None = None
-) -> Tensor:
+    op: OpDef,
+    tensors: Sequence[TensorData],
+    attrs: Mapping[str, Any],
+    out: TensorData | None = None,
+) -> TensorData:
     """Check ``op`` on ``tensors`` and enqueue its task on the current stream; the result is a
     new device tensor (or ``out``, which must have the result's shape and dtype)."""
     ctx = _context_of(op, tensors)
@@ -153,7 +156,7 @@ def launch(
     if cost.flops and unit != "dma":
         compute_us(unit, result.dtype, cost.flops, block_dim, ctx.spec)  # the device can do it?
     if out is None:
-        out = Tensor._allocate(ctx, result.shape, result.dtype)
+        out = type(tensors[0])._allocate(ctx, result.shape, result.dtype)  # operands' class
     elif out.context(op.name) is not ctx or (out.shape, out.dtype) != (
         result.shape,
         result.dtype,
@@ -181,13 +184,13 @@ def launch(
     return out
 
 
-def _split(op: OpDef, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Tensor]:
+def _split(op: OpDef, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[TensorData]:
     """Tensor arguments come first; the rest are positional attributes (moved into kwargs)."""
     n = 0
-    while n < len(args) and isinstance(args[n], Tensor):
+    while n < len(args) and isinstance(args[n], TensorData):
         n += 1
     tensors, rest = list(args[:n]), args[n:]
-    if any(isinstance(a, Tensor) for a in rest):
+    if any(isinstance(a, TensorData) for a in rest):
         raise CheckError(f"{op.name}: tensor arguments come before attributes")
     if len(rest) > len(op.positional_attrs):
         allowed = ", ".join(op.positional_attrs) or "none"
@@ -206,8 +209,8 @@ def _split(op: OpDef, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Ten
     return tensors
 
 
-def _make(op: OpDef) -> Callable[..., Tensor]:
-    def call(*args: Any, **kwargs: Any) -> Tensor:
+def _make(op: OpDef) -> Callable[..., TensorData]:
+    def call(*args: Any, **kwargs: Any) -> TensorData:
         tensors = _split(op, args, kwargs)
         return launch(op, tensors, attributes(op, kwargs))
 
@@ -219,7 +222,7 @@ def _make(op: OpDef) -> Callable[..., Tensor]:
     return call
 
 
-_FUNCTIONS: dict[str, Callable[..., Tensor]] = {
+_FUNCTIONS: dict[str, Callable[..., TensorData]] = {
     name: _make(op) for name, op in sorted(all_ops().items()) if op.kernel is not None
 }
 
@@ -229,7 +232,7 @@ def names() -> list[str]:
     return list(_FUNCTIONS)
 
 
-def __getattr__(name: str) -> Callable[..., Tensor]:
+def __getattr__(name: str) -> Callable[..., TensorData]:
     found = _FUNCTIONS.get(name)
     if found is None:
         raise AttributeError(

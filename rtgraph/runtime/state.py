@@ -1,6 +1,6 @@
 """The process-wide runtime: the device table, the current device, one context per device.
 
-Devices are the shipped specs in the index order of :func:`rtgraph.device.load.list_devices`
+Devices are the shipped specs in the index order of :func:`rtgraph.device.list_devices`
 (sorted by name: ``ascend-310p`` 0, ``ascend-910b`` 1, ``toy`` 2); the current device starts
 as :data:`DEFAULT_DEVICE`. ``set_device`` also takes the path of a user's ``.toml`` spec,
 which is appended to the table (once per file). Contexts are made on first use. The state is

@@ -21,170 +21,30 @@ that hold them exactly (``float32``, ``float16``, ``int8``, ``int32``).
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
-from rtgraph.dtypes import DTYPES, DType, to_value
+from rtgraph.dtypes import DTYPES, to_value
 from rtgraph.errors import InputError, UsageError
-from rtgraph.runtime.context import Context, PendingCopy, Storage
+from rtgraph.runtime import ops
+from rtgraph.runtime.copies import copy_into, resolve
 from rtgraph.runtime.state import HOST_NAMES, context
-from rtgraph.stream_program.program import Operand
-
-NUMPY_DTYPES = {"float32": "f32", "float16": "f16", "int8": "i8", "int32": "i32"}
-
-
-def dtype_name(dtype: object) -> str:
-    """The rtgraph name of a dtype argument (an rtgraph name, a DType, or a NumPy dtype)."""
-    if isinstance(dtype, DType):
-        return dtype.name
-    if isinstance(dtype, str):
-        found = dtype if dtype in DTYPES else NUMPY_DTYPES.get(dtype)
-    else:
-        try:
-            found = NUMPY_DTYPES.get(np.dtype(dtype).name)  # type: ignore[call-overload]
-        except TypeError:
-            found = None
-    if found is None:
-        raise InputError(
-            f"unsupported dtype {dtype!r}",
-            hint=f"use one of {', '.join(DTYPES)} (or numpy float32, float16, int8, int32)",
-        )
-    return found
+from rtgraph.runtime.streams import Stream
+from rtgraph.runtime.tensor_data import (
+    NUMPY_DTYPES,
+    TensorData,
+    as_shape,
+    dtype_name,
+    infer_dtype,
+    is_host,
+)
 
 
-def _infer_dtype(array: np.ndarray) -> str:
-    """The dtype ``tensor(data)`` gives data without an explicit dtype (floats → f32)."""
-    if array.dtype.kind == "f":
-        return "f16" if array.dtype == np.float16 else "f32"
-    return "i8" if array.dtype in (np.int8, np.bool_) else "i32"
-
-
-def contiguous_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    strides, step = [], itemsize
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
-
-
-def _shape(shape: Sequence[int] | int) -> tuple[int, ...]:
-    dims = (shape,) if isinstance(shape, int | np.integer) else tuple(shape)
-    valid = (isinstance(n, int | np.integer) and not isinstance(n, bool) and n >= 0 for n in dims)
-    if not all(valid):
-        raise InputError(f"a shape is a tuple of non-negative integers, got {shape!r}")
-    return tuple(int(n) for n in dims)
-
-
-class Tensor:
+class Tensor(TensorData):
     """A device or host tensor; make one with :func:`tensor`, :func:`empty`, :func:`from_numpy`
     or an operation in :mod:`rtgraph.runtime.ops`."""
-
-    shape: tuple[int, ...]
-    dtype: str
-    _storage: Storage | None
-    _offset: int
-    _strides: tuple[int, ...]
-    _array: np.ndarray | None
-    _pinned: bool
-    _pending: list[tuple[Context, PendingCopy]]
-
-    def __init__(self) -> None:
-        raise UsageError(
-            "Tensor is not built directly",
-            hint="use rtgraph.runtime.tensor(), empty(), from_numpy() or an op",
-        )
-
-    # --- construction (internal) ---------------------------------------------------------
-    @classmethod
-    def _on_device(
-        cls,
-        storage: Storage,
-        offset: int,
-        shape: tuple[int, ...],
-        strides: tuple[int, ...],
-        dtype: str,
-    ) -> Tensor:
-        t = cls.__new__(cls)
-        t.shape, t.dtype = shape, dtype
-        t._storage, t._offset, t._strides = storage, offset, strides
-        t._array, t._pinned, t._pending = None, False, []
-        return t
-
-    @classmethod
-    def _on_host(cls, array: np.ndarray, dtype: str, pinned: bool) -> Tensor:
-        t = cls.__new__(cls)
-        t.shape, t.dtype = tuple(array.shape), dtype
-        t._storage, t._offset, t._strides = None, 0, ()
-        t._array, t._pinned, t._pending = array, pinned, []
-        return t
-
-    @classmethod
-    def _allocate(cls, ctx: Context, shape: tuple[int, ...], dtype: str) -> Tensor:
-        """A new contiguous device tensor, allocated for the current stream."""
-        itemsize = DTYPES[dtype].itemsize
-        storage = ctx.allocate(math.prod(shape) * itemsize, ctx.current_stream)
-        strides = contiguous_strides(shape, itemsize)
-        return cls._on_device(storage, storage.offset, shape, strides, dtype)
-
-    def _view(self, offset: int, shape: tuple[int, ...], strides: tuple[int, ...]) -> Tensor:
-        """Another view of this device tensor's storage (no copy, no task)."""
-        assert self._storage is not None
-        return Tensor._on_device(self._storage, offset, shape, strides, self.dtype)
-
-    # --- what it is ------------------------------------------------------------------------
-    @property
-    def is_npu(self) -> bool:
-        return self._storage is not None
-
-    @property
-    def device(self) -> str:
-        return f"npu:{self._storage.ctx.index}" if self._storage is not None else "cpu"
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    def numel(self) -> int:
-        return math.prod(self.shape)
-
-    def element_size(self) -> int:
-        return DTYPES[self.dtype].itemsize
-
-    @property
-    def nbytes(self) -> int:
-        return self.numel() * self.element_size()
-
-    def is_pinned(self) -> bool:
-        return self._storage is None and self._pinned
-
-    @property
-    def strides(self) -> tuple[int, ...]:
-        """Byte strides of a device tensor's view (of the array for a host tensor)."""
-        return self._strides if self._storage is not None else tuple(self._array.strides)  # type: ignore[union-attr]
-
-    @property
-    def producer(self) -> int | None:
-        """Id of the task that last wrote this device tensor's storage (None if none has)."""
-        return self._storage.writer if self._storage is not None else None
-
-    def context(self, what: str = "tensor") -> Context:
-        """The context of a device tensor, checked alive; a UsageError for a host tensor."""
-        if self._storage is None:
-            raise UsageError(
-                f"{what} needs a device tensor, got a host tensor of shape {list(self.shape)}",
-                hint="copy it to the device first with .to_device()",
-            )
-        ctx = self._storage.ctx
-        ctx.check_alive("this tensor")
-        return ctx
-
-    def operand(self) -> Operand:
-        """This device tensor as a kernel argument (a strided view of device memory)."""
-        assert self._storage is not None
-        return Operand(self._storage.region, self._offset, self.shape, self._strides, self.dtype)
 
     # --- values and copies -----------------------------------------------------------------
     def numpy(self) -> np.ndarray:
@@ -192,8 +52,6 @@ class Tensor:
         host (runs the emulator); for a host tensor its array, once pending copies landed."""
         if self._storage is not None:
             return self.cpu().numpy()
-        from rtgraph.runtime.copies import resolve
-
         resolve(self)
         assert self._array is not None
         return self._array
@@ -228,8 +86,6 @@ class Tensor:
     def copy_(self, src: Tensor, non_blocking: bool = False) -> Tensor:
         """Copy ``src`` into this tensor (same shape and dtype): a host-to-device, device-to-host
         or device-to-device DMA task on the current stream, or a host copy; returns self."""
-        from rtgraph.runtime.copies import copy_into
-
         copy_into(self, src, non_blocking)
         return self
 
@@ -242,8 +98,6 @@ class Tensor:
     def record_stream(self, stream: Any) -> None:
         """Declare that ``stream`` uses this device tensor: its memory is not reused until the
         host has synchronized with ``stream`` after the tensor died."""
-        from rtgraph.runtime.streams import Stream
-
         self.context("record_stream")
         assert self._storage is not None
         if not isinstance(stream, Stream):
@@ -255,46 +109,30 @@ class Tensor:
 
     # --- operations as methods -------------------------------------------------------------
     def __matmul__(self, other: Tensor) -> Tensor:
-        from rtgraph.runtime import ops
-
         return ops.matmul(self, other)
 
     def __add__(self, other: Tensor) -> Tensor:
-        from rtgraph.runtime import ops
-
         return ops.add(self, other)
 
     def __sub__(self, other: Tensor) -> Tensor:
-        from rtgraph.runtime import ops
-
         return ops.sub(self, other)
 
     def __mul__(self, other: Tensor) -> Tensor:
-        from rtgraph.runtime import ops
-
         return ops.mul(self, other)
 
     def __truediv__(self, other: Tensor) -> Tensor:
-        from rtgraph.runtime import ops
-
         return ops.div(self, other)
 
     def __neg__(self) -> Tensor:
-        from rtgraph.runtime import ops
-
         return ops.neg(self)
 
     def reshape(self, *shape: int | Sequence[int]) -> Tensor:
         """A view when the layout allows one, else a copy task (as the compiler does)."""
-        from rtgraph.runtime import ops
-
         dims = shape[0] if len(shape) == 1 and not isinstance(shape[0], int) else shape
         return ops.reshape(self, tuple(dims))  # type: ignore[arg-type]
 
     @property
     def T(self) -> Tensor:
-        from rtgraph.runtime import ops
-
         return ops.transpose(self)
 
     def __repr__(self) -> str:
@@ -303,10 +141,6 @@ class Tensor:
 
 
 # --- factories -----------------------------------------------------------------------------
-
-
-def _is_host(device: int | str | None) -> bool:
-    return isinstance(device, str) and device in HOST_NAMES
 
 
 def empty(
@@ -321,8 +155,8 @@ def empty(
     Device memory holds whatever was there (zeros for fresh memory, old bytes for reused
     blocks); a host tensor starts as zeros.
     """
-    dims, name = _shape(shape), dtype_name(dtype)
-    if _is_host(device):
+    dims, name = as_shape(shape), dtype_name(dtype)
+    if is_host(device):
         return Tensor._on_host(np.zeros(dims, DTYPES[name].value), name, pin_memory)
     if pin_memory:
         raise UsageError("pin_memory=True is for host tensors", hint="pass device='cpu'")
@@ -351,9 +185,9 @@ def tensor(
     array = np.asarray(data)
     if array.dtype.kind not in "fiub":
         raise InputError(f"tensor data must be numeric, got an array of {array.dtype}")
-    name = _infer_dtype(array) if dtype is None else dtype_name(dtype)
+    name = infer_dtype(array) if dtype is None else dtype_name(dtype)
     host = Tensor._on_host(np.array(to_value(array, name), copy=True), name, pin_memory)
-    if _is_host(device):
+    if is_host(device):
         return host
     if pin_memory:
         raise UsageError("pin_memory=True is for host tensors", hint="pass device='cpu'")
