@@ -73,6 +73,7 @@ def test_missing_barrier_under_reordering_races_and_corrupts():
     program = matmul_relu(barrier=False)
     assert (race.lo, race.hi) == program.tasks[mm.id].writes[0]
     assert mm.start == relu.start
+    assert "tasks=4, races=1, outputs={y: f32[4, 16]}" in repr(bad)  # races only when some
 
 
 def test_overlapping_writer_and_reader_see_old_bytes_only_while_overlapping():
@@ -173,3 +174,36 @@ def test_timing_only_mode_has_no_outputs_and_the_same_timeline():
     assert [dataclasses.astuple(t) for t in timing_only.tasks] == [
         dataclasses.astuple(t) for t in with_numbers.tasks
     ]
+
+
+def copies_out(outputs: int, dtype: str = "f32"):
+    """x copied in, then copied out ``outputs`` times as y0, y1, …"""
+    b = ProgramBuilder(1, name="fanout")
+    x = b.tensor("x_dev", (2, 3), dtype)
+    b.h2d(0, "x", x)
+    b.barrier(0)
+    for i in range(outputs):
+        b.d2h(0, x, f"y{i}")
+    return b.build()
+
+
+def test_repr_is_one_line_naming_outputs_by_dtype_and_shape_never_their_values():
+    r = run(copies_out(2, "bf16"), toy(), inputs={"x": np.full((2, 3), 1234.5, np.float32)})
+    text = repr(r)
+    assert "\n" not in text
+    assert text == (
+        f"RunResult(program='fanout', device='{r.device}', makespan={r.makespan_us:,.1f} µs, "
+        "tasks=3, outputs={y0: bf16[2, 3], y1: bf16[2, 3]})"
+    )  # bf16 as declared, though the arrays hold it as float32
+    assert "1234" not in text and "array" not in text
+
+
+def test_repr_names_the_first_outputs_and_counts_the_rest():
+    text = repr(run(copies_out(7), toy()))
+    assert "outputs={y0: f32[2, 3], y1: f32[2, 3], y2: f32[2, 3], y3: f32[2, 3], … 3 more})" in text
+
+
+def test_repr_of_a_timing_only_run_says_there_are_no_outputs():
+    assert repr(run(copies_out(1), toy(), numerics=False)).endswith(
+        "tasks=2, outputs=none (timing only))"
+    )

@@ -1,10 +1,12 @@
 """The emulated device: runs a stream program and reports what happened.
 
-``run(program, device, ...) -> RunResult``. Stages, in the order data flows: the event loop
-(:mod:`.engine`), the host thread and callback lane (:mod:`.host`), stream queues and the
-hardware dispatcher (:mod:`.hardware`), task durations (:mod:`.timing`), device memory and
-kernels (:mod:`.numerics`), the dynamic race detector (:mod:`.races`) and the results
-(:mod:`.results`). Semantics: docs/emulator.md.
+``run(program, device, ...) -> RunResult``. Stages, in the order data flows: the host thread
+and callback lane (:mod:`.host`), stream queues and the hardware dispatcher (:mod:`.hardware`),
+device memory and kernels (:mod:`.numerics`), the dynamic race detector (:mod:`.races`) and the
+results (:mod:`.results`); :mod:`.simulate` wires them together. The event loop
+(:mod:`rtgraph.timing.engine`) and task durations (:mod:`rtgraph.timing.task_costs`) live in
+:mod:`rtgraph.timing`, below both this package and the compiler, which times schedules with
+them too. Semantics: docs/emulator.md.
 """
 
 from rtgraph.emulator.races import ObservedRace

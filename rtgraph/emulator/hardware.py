@@ -27,16 +27,14 @@ not yet running are discarded (their tasks never run) and later arrivals are dis
 from __future__ import annotations
 
 from collections import deque
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rtgraph.device.spec import DeviceSpec
+from rtgraph.emulator.numerics import Numerics
 from rtgraph.errors import KernelFault, RtgError
 from rtgraph.stream_program.program import Command, StreamProgram
 from rtgraph.timing.engine import DISPATCH, Engine
 from rtgraph.timing.task_costs import HbmTimer, TaskCosts
-
-if TYPE_CHECKING:
-    from rtgraph.emulator.numerics import Numerics
 
 # Entry kinds and states.
 LAUNCH, RECORD, WAIT, BARRIER, CALLBACK = range(5)

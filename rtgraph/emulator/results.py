@@ -23,7 +23,11 @@ from typing import Any
 
 import numpy as np
 
+from rtgraph.dtypes import DTYPES
 from rtgraph.emulator.races import ObservedRace
+
+#: How many outputs a RunResult's repr names before it says how many more there are.
+REPR_OUTPUTS = 4
 
 
 @dataclass(slots=True)
@@ -115,9 +119,13 @@ class HostStats:
     callback_busy_us: float
 
 
-@dataclass
+@dataclass(repr=False)
 class RunResult:
-    """Everything one emulated run produced."""
+    """Everything one emulated run produced.
+
+    Its repr is one line — program, device, makespan, task count and each output's name,
+    dtype and shape — never the arrays themselves; ``summary()`` is the full table.
+    """
 
     program: str
     device: str
@@ -140,6 +148,31 @@ class RunResult:
     reference: dict[str, Any] | None = None
     stream_program: Any = field(default=None, repr=False, compare=False)
     device_spec: Any = field(default=None, repr=False, compare=False)
+
+    def __repr__(self) -> str:
+        shown = [f"{name}: {self._output_type(name)}" for name in list(self.outputs)[:REPR_OUTPUTS]]
+        if len(self.outputs) > REPR_OUTPUTS:
+            shown.append(f"… {len(self.outputs) - REPR_OUTPUTS} more")
+        outputs = "{" + ", ".join(shown) + "}" if self.numerics else "none (timing only)"
+        extra = "".join(
+            f", {label}={n}"
+            for label, n in (("failed", len(self.faults)), ("races", len(self.races)))
+            if n
+        )
+        return (
+            f"RunResult(program={self.program!r}, device={self.device!r}, "
+            f"makespan={self.makespan_us:,.1f} µs, tasks={len(self.tasks)}{extra}, "
+            f"outputs={outputs})"
+        )
+
+    def _output_type(self, name: str) -> str:
+        """``f16[1024, 768]``: the declared dtype (bf16 is held as f32 arrays) and the shape."""
+        array = self.outputs[name]
+        declared = {t.name: t.dtype for t in getattr(self.stream_program, "host_tensors", ())}
+        dtype = declared.get(name) or next(
+            (d.name for d in DTYPES.values() if d.value == array.dtype), str(array.dtype)
+        )
+        return f"{dtype}[{', '.join(map(str, array.shape))}]"
 
     def task(self, name: str) -> TaskRecord:
         """The record of the task called ``name`` (first match)."""

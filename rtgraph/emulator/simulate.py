@@ -1,10 +1,11 @@
 """``run``: one emulated run of a stream program on a device, from host commands to results.
 
-Wires the parts together — the event loop (:mod:`.engine`), the host thread and callback lane
-(:mod:`.host`), stream queues and the dispatcher (:mod:`.hardware`), task durations
-(:mod:`.timing`), device memory and kernels (:mod:`.numerics`) — runs the loop until nothing is
-left to happen, then checks for a deadlock, gathers a :class:`~.results.RunResult` and runs the
-race detector (:mod:`.races`). The semantics, with a worked example, are in docs/emulator.md.
+Wires the parts together — the event loop (:mod:`rtgraph.timing.engine`), the host thread and
+callback lane (:mod:`.host`), stream queues and the dispatcher (:mod:`.hardware`), task
+durations (:mod:`rtgraph.timing.task_costs`), device memory and kernels (:mod:`.numerics`) —
+runs the loop until nothing is left to happen, then checks for a deadlock, gathers a
+:class:`~.results.RunResult` and runs the race detector (:mod:`.races`). The semantics, with a
+worked example, are in docs/emulator.md.
 
 Errors: a device error (kernel fault, invalid wait) is raised at the host's next sync or at the
 end of the run; a deadlock as soon as nothing more can happen. Either way the error carries the
@@ -24,7 +25,7 @@ from rtgraph.device.spec import DeviceSpec
 from rtgraph.emulator.hardware import Hardware
 from rtgraph.emulator.host import Host
 from rtgraph.emulator.numerics import Numerics
-from rtgraph.emulator.races import detect_races
+from rtgraph.emulator.races import ObservedRace, detect_races
 from rtgraph.emulator.results import (
     EventRecordTime,
     EventWaitTime,
@@ -200,12 +201,45 @@ def _collect(
     profile: str | None,
     nums: Numerics | None,
 ) -> RunResult:
+    """Gather what the run did up to now (its end, or the error that stopped it)."""
     now = engine.now
-    costs = hw.costs
+    tasks = _task_records(program, hw, host)
+    activities = _host_activities(host, now)
+    ends = [e for e in hw.end if e is not None]
+    makespan = max(
+        [0.0, *ends, *(a.end for a in activities), host.finished_at if host.done else now]
+    )
+    ran = [t for t in tasks if t.start is not None and t.end is not None]
+    return RunResult(
+        program=program.name,
+        device=device.name,
+        makespan_us=makespan,
+        utilization=_utilization(device, ran, makespan),
+        streams=_stream_stats(program, hw, ran, makespan, now),
+        host=_host_stats(host, activities, makespan),
+        memory_peak_bytes=program.memory.total_bytes,
+        events=_events_used(program),
+        barriers=Counter(map(type, program.commands))[Barrier],
+        tasks=tasks,
+        host_activities=activities,
+        event_records=[EventRecordTime(*r) for r in hw.event_records],
+        event_waits=[EventWaitTime(*w) for w in hw.event_waits],
+        outputs=dict(nums.outputs) if nums is not None else {},
+        races=_races(program, hw),
+        faults=list(hw.failed),
+        profile=profile,
+        numerics=nums is not None,
+        stream_program=program,
+        device_spec=device,
+    )
+
+
+def _task_records(program: StreamProgram, hw: Hardware, host: Host) -> list[TaskRecord]:
+    """One record per task, in task id order, with the times the hardware noted."""
     columns = zip(
         program.tasks,
         hw.task_stream,
-        costs.cores,
+        hw.costs.cores,
         hw.submit,
         hw.ready,
         hw.start,
@@ -219,6 +253,11 @@ def _collect(
     ]
     for task in hw.failed:
         tasks[task].failed = True
+    return tasks
+
+
+def _host_activities(host: Host, now: float) -> list[HostActivity]:
+    """The host thread's and the callback lane's slices, in time order (host first on ties)."""
     activities = [
         HostActivity("host", kind, s, e, label, sid) for kind, s, e, label, sid in host.activities
     ]
@@ -229,20 +268,27 @@ def _collect(
         for s, e, name, sid in host.lane.activities
     ]
     activities.sort(key=lambda a: (a.start, a.lane != "host"))
-    ends = [e for e in hw.end if e is not None]
-    makespan = max(
-        [0.0, *ends, *(a.end for a in activities), host.finished_at if host.done else now]
-    )
-    ran = [t for t in tasks if t.start is not None and t.end is not None]
+    return activities
+
+
+def _utilization(device: DeviceSpec, ran: list[TaskRecord], makespan: float) -> dict[str, float]:
+    """Each unit's busy core-time over its cores × the makespan (0 for an empty run)."""
     busy_core_time = {kind: 0.0 for kind in device.units}
-    by_stream: dict[int, list[TaskRecord]] = {s.id: [] for s in program.streams}
     for t in ran:
         busy_core_time[t.unit] += t.cores * (t.end - t.start)  # type: ignore[operator]
-        by_stream[t.stream].append(t)
-    utilization = {
+    return {
         kind: (busy / (device.units[kind].cores * makespan) if makespan > 0 else 0.0)
         for kind, busy in busy_core_time.items()
     }
+
+
+def _stream_stats(
+    program: StreamProgram, hw: Hardware, ran: list[TaskRecord], makespan: float, now: float
+) -> list[StreamStats]:
+    """Each stream's busy, waiting, in-callback and idle time; a wait still open ends now."""
+    by_stream: dict[int, list[TaskRecord]] = {s.id: [] for s in program.streams}
+    for t in ran:
+        by_stream[t.stream].append(t)
     streams = []
     for s in program.streams:
         st = hw.streams[s.id]
@@ -262,10 +308,15 @@ def _collect(
                 idle_us=max(0.0, makespan - busy - waiting - in_cb),
             )
         )
+    return streams
+
+
+def _host_stats(host: Host, activities: list[HostActivity], makespan: float) -> HostStats:
+    """The host thread's busy (ioctls, run-time allocation), blocked and idle time."""
     host_busy = sum(a.end - a.start for a in activities if a.kind in ("submit", "alloc", "free"))
     host_blocked = sum(a.end - a.start for a in activities if a.kind == "blocked")
     callbacks = [a for a in activities if a.lane == "callback"]
-    host_stats = HostStats(
+    return HostStats(
         busy_us=host_busy,
         blocked_us=host_blocked,
         idle_us=max(0.0, makespan - host_busy - host_blocked),
@@ -273,38 +324,25 @@ def _collect(
         callbacks=len(callbacks),
         callback_busy_us=sum((a.end - a.start for a in callbacks), 0.0),
     )
+
+
+def _events_used(program: StreamProgram) -> int:
+    """How many distinct events the program records, waits on or syncs on."""
     events = {c.event for c in program.commands if isinstance(c, Record | Wait)}
     events |= {c.target for c in program.commands if isinstance(c, Sync) and c.kind == "event"}
+    return len(events)
+
+
+def _races(program: StreamProgram, hw: Hardware) -> list[ObservedRace]:
+    """The conflicting accesses the run left unordered (tasks never issued rank last)."""
     rank = [len(program.tasks)] * len(program.tasks)
     for i, task in enumerate(hw.issue_order):
         rank[task] = i
-    races = detect_races(
+    return detect_races(
         hw.start,
         hw.end,
         rank,
         hw.task_stream,
         [t.reads for t in program.tasks],
         [t.writes for t in program.tasks],
-    )
-    return RunResult(
-        program=program.name,
-        device=device.name,
-        makespan_us=makespan,
-        utilization=utilization,
-        streams=streams,
-        host=host_stats,
-        memory_peak_bytes=program.memory.total_bytes,
-        events=len(events),
-        barriers=Counter(map(type, program.commands))[Barrier],
-        tasks=tasks,
-        host_activities=activities,
-        event_records=[EventRecordTime(*r) for r in hw.event_records],
-        event_waits=[EventWaitTime(*w) for w in hw.event_waits],
-        outputs=dict(nums.outputs) if nums is not None else {},
-        races=races,
-        faults=list(hw.failed),
-        profile=profile,
-        numerics=nums is not None,
-        stream_program=program,
-        device_spec=device,
     )

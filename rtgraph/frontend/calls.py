@@ -94,7 +94,13 @@ class CallChecker:
         bind: Bind | None,
         evaluated: Sequence[Value] | None = None,
     ) -> Value:
-        """Check one op call: argument count and kinds, attributes, then the op's rule."""
+        """Check one op call: argument count and kinds, attributes, then the op's rule.
+
+        Every check runs (so one call reports all its mistakes), in source order: tensor
+        arguments, extra positional attributes, keywords, attribute values, ``block_dim``,
+        ``after``, a kernel's footprint. ``evaluated`` are the arguments' values when the
+        caller has already evaluated them.
+        """
         args = call.args
         n_tensors = len(args)
         if op.positional_attrs and op.max_args is not None:
@@ -103,23 +109,44 @@ class CallChecker:
             list(evaluated[:n_tensors]) if evaluated else [self.eval(a) for a in args[:n_tensors]]
         )
         spans = [a.span for a in args[:n_tensors]]
-        ok = True
+        arity_ok = self._check_arity(op, call, n_tensors)
+        given, after_expr, given_ok = self._given_attrs(op, call, n_tensors)
+        attrs, attr_spans, attrs_ok = self._attr_values(op, call, given)
+        after, after_ok = self._after(after_expr)
+        ok = arity_ok and given_ok and attrs_ok and after_ok
+        if op.name == "kernel" and ok and not self.kernel_footprint(attrs, given):
+            ok = False
+        _dedupe_names(op, attrs)
+        if not ok or any(v is POISON for v in values):
+            return POISON
+        return self.apply(
+            op, values, spans, attrs, attr_spans, after, call.span, call.func.span, bind
+        )
+
+    def _check_arity(self, op: OpDef, call: ast.Call, n_tensors: int) -> bool:
+        """Report a tensor-argument count outside the op's ``min_args..max_args``."""
         too_many = op.max_args is not None and n_tensors > op.max_args
         if n_tensors < op.min_args or too_many:
-            where = args[op.max_args].span if too_many else call.span
+            where = call.args[op.max_args].span if too_many else call.span
             self.error(f"{op.name} takes {_arity(op)}, got {n_tensors}", where)
-            ok = False
+            return False
+        return True
 
-        # Attributes: positional ones first, then keywords.
+    def _given_attrs(
+        self, op: OpDef, call: ast.Call, n_tensors: int
+    ) -> tuple[dict[str, tuple[ast.Expr, Span]], ast.Keyword | None, bool]:
+        """The attributes written, by name — positional ones first, then keywords — and the
+        ``after=`` keyword; extra positionals, repeats and unknown names are reported."""
+        ok = True
         given: dict[str, tuple[ast.Expr, Span]] = {}
-        extra = args[n_tensors:]
+        extra = call.args[n_tensors:]
         if len(extra) > len(op.positional_attrs):
             first = extra[len(op.positional_attrs)]
             named = ", ".join(op.positional_attrs)
             self.error(
                 f"{op.name} takes {_arity(op)} and {len(op.positional_attrs)} positional "
                 f"attribute{'s' if len(op.positional_attrs) != 1 else ''} ({named}), "
-                f"got {len(args)} arguments",
+                f"got {len(call.args)} arguments",
                 first.span,
             )
             ok = False
@@ -142,7 +169,14 @@ class CallChecker:
                 )
                 self.error(f"unknown attribute '{k}' for {op.name}", kw.name.span, hint)
                 ok = False
+        return given, after_expr, ok
 
+    def _attr_values(
+        self, op: OpDef, call: ast.Call, given: dict[str, tuple[ast.Expr, Span]]
+    ) -> tuple[dict[str, Any], dict[str, Span], bool]:
+        """Every attribute of the op converted to its kind (defaults for the ones not given,
+        an error for a missing required one), then ``block_dim`` if given; and their spans."""
+        ok = True
         attrs: dict[str, Any] = {}
         attr_spans: dict[str, Span] = {}
         for k, spec in op.attrs.items():
@@ -165,35 +199,28 @@ class CallChecker:
         if "block_dim" in given and "block_dim" not in op.attrs:
             expr, span = given["block_dim"]
             attr_spans["block_dim"] = span
-            value = self.attr_value(op, "block_dim", "int", (), expr, span)
-            if value is not POISON and value < 1:
-                value = self.error(
-                    f"{op.name}: block_dim must be at least 1, got {value}",
-                    span,
-                    hint="block_dim is the number of cores of its unit the task occupies",
-                )
-            if value is POISON:
+            attrs["block_dim"] = self._block_dim(op, expr, span)
+            if attrs["block_dim"] is POISON:
                 ok = False
-            attrs["block_dim"] = value
-        after: tuple[str, ...] = ()
-        if after_expr is not None:
-            resolved = self.after_names(after_expr.value)
-            if resolved is None:
-                ok = False
-            else:
-                after = resolved
-        if op.name == "kernel" and ok and not self.kernel_footprint(attrs, given):
-            ok = False
-        for k, spec in op.attrs.items():
-            if spec.kind == "names" and isinstance(attrs[k], tuple):
-                attrs[k] = tuple(
-                    dict.fromkeys(r.name if isinstance(r, Tensor) else r for r in attrs[k])
-                )
-        if not ok or any(v is POISON for v in values):
-            return POISON
-        return self.apply(
-            op, values, spans, attrs, attr_spans, after, call.span, call.func.span, bind
-        )
+        return attrs, attr_spans, ok
+
+    def _block_dim(self, op: OpDef, expr: ast.Expr, span: Span) -> Any:
+        """The ``block_dim`` every op accepts: a positive number of cores (POISON if not)."""
+        value = self.attr_value(op, "block_dim", "int", (), expr, span)
+        if value is not POISON and value < 1:
+            value = self.error(
+                f"{op.name}: block_dim must be at least 1, got {value}",
+                span,
+                hint="block_dim is the number of cores of its unit the task occupies",
+            )
+        return value
+
+    def _after(self, after_expr: ast.Keyword | None) -> tuple[tuple[str, ...], bool]:
+        """The names an ``after=`` keyword waits for (none without one), and whether it is ok."""
+        if after_expr is None:
+            return (), True
+        resolved = self.after_names(after_expr.value)
+        return (resolved, True) if resolved is not None else ((), False)
 
     # --- attributes ------------------------------------------------------------------------
     def attr_value(
@@ -317,67 +344,21 @@ class CallChecker:
         op_span: Span,
         bind: Bind | None,
     ) -> Value:
-        """Type ``op`` applied to ``values`` with its rule and emit the node."""
-        tensor_at = [i for i, v in enumerate(values) if isinstance(v, Tensor)]
-        for i, v in enumerate(values):
-            if isinstance(v, Tensor):
-                if v.kind == "token":
-                    return self.error(
-                        f"'{v.label}' is the token of a synthetic kernel; it carries no data",
-                        spans[i],
-                        hint="tokens can only be used in after=[...]",
-                    )
-                if v.kind == "buffer":
-                    return self.error(
-                        f"'{v.label}' is a raw buffer, not a tensor",
-                        spans[i],
-                        hint="buffers can only be named in a kernel's reads=/writes=",
-                    )
-            elif not is_number(v):
-                return self.error(
-                    f"argument {i + 1} of {op.name} must be a tensor, got {describe(v)}", spans[i]
-                )
-        if not tensor_at and values:
-            return self.error(
-                f"{op.name} needs at least one tensor argument; all are compile-time numbers",
-                op_span,
-                hint="compile-time arithmetic is written with + - * / % and min, max, sqrt, "
-                "exp, log, rsqrt",
-            )
-        inputs: list[Tensor] = []
-        for i, v in enumerate(values):
-            if isinstance(v, Tensor):
-                inputs.append(v)
-                continue
-            # Weak typing: a number takes the dtype of the nearest tensor operand (a tie goes
-            # to the later one: where(c, 0.0, x) takes x's dtype, not the condition's).
-            nearest = min(tensor_at, key=lambda j, i=i: (abs(j - i), -j))
-            dtype = values[nearest].type.dtype
-            if not DTYPES[dtype].is_float and consteval.as_int(v) is None:
-                return self.error(
-                    f"{op.name}: the number {format_number(v)} is not an integer, but the "
-                    f"tensor operand is {dtype}",
-                    spans[i],
-                    hint="cast the tensor first: cast(x, dtype = f32)",
-                    cls=DTypeError,
-                )
-            inputs.append(self.ir.const(v, dtype, spans[i]))
-        try:
-            out_type = op.infer([t.type for t in inputs], attrs)
-        except OpError as e:
-            if e.arg is not None and 0 <= e.arg < len(spans):
-                where = spans[e.arg]
-            else:
-                where = attr_spans.get(e.attr or "", op_span)
-            return self.error(e.message, where, e.hint, _ERROR_KIND.get(e.kind, CheckError))
-        except Exception as e:  # a bug in an op's rule must still not reach the user raw
-            return self.error(
-                f"internal error in the rule of op '{op.name}': {type(e).__name__}: {e}",
-                op_span,
-                hint="this is a bug in rtgraph, not in the program; please report it",
-            )
-        if not isinstance(out_type, TensorType):
-            return self.error(f"internal error: op '{op.name}' inferred no type", op_span)
+        """Type ``op`` applied to ``values`` with its rule and emit the node.
+
+        The operands are checked (tensors that carry data, at least one of them), numbers
+        become scalar constants, the op's ``infer`` rule gives the result type, and the node
+        is emitted with its output bound to ``bind`` or to a new temporary.
+        """
+        wrong = self._operand_error(op, values, spans, op_span)
+        if wrong is not None:
+            return wrong
+        inputs = self._operands(op, values, spans)
+        if inputs is None:
+            return POISON
+        out_type = self._infer(op, inputs, attrs, spans, attr_spans, op_span)
+        if out_type is None:
+            return POISON
         if bind is not None:
             name, label = bind
         else:
@@ -398,6 +379,105 @@ class CallChecker:
             )
         )
         return out
+
+    def _operand_error(
+        self, op: OpDef, values: list[Value], spans: list[Span], op_span: Span
+    ) -> Value | None:
+        """POISON after reporting the first operand that is no data tensor nor a number, or
+        an all-numbers call; None when the operands are fine."""
+        for i, v in enumerate(values):
+            if isinstance(v, Tensor):
+                if v.kind == "token":
+                    return self.error(
+                        f"'{v.label}' is the token of a synthetic kernel; it carries no data",
+                        spans[i],
+                        hint="tokens can only be used in after=[...]",
+                    )
+                if v.kind == "buffer":
+                    return self.error(
+                        f"'{v.label}' is a raw buffer, not a tensor",
+                        spans[i],
+                        hint="buffers can only be named in a kernel's reads=/writes=",
+                    )
+            elif not is_number(v):
+                return self.error(
+                    f"argument {i + 1} of {op.name} must be a tensor, got {describe(v)}", spans[i]
+                )
+        if values and not any(isinstance(v, Tensor) for v in values):
+            return self.error(
+                f"{op.name} needs at least one tensor argument; all are compile-time numbers",
+                op_span,
+                hint="compile-time arithmetic is written with + - * / % and min, max, sqrt, "
+                "exp, log, rsqrt",
+            )
+        return None
+
+    def _operands(self, op: OpDef, values: list[Value], spans: list[Span]) -> list[Tensor] | None:
+        """The input tensors, each number made a scalar ``const`` (None after an error).
+
+        Weak typing: a number takes the dtype of the nearest tensor operand (a tie goes to the
+        later one: ``where(c, 0.0, x)`` takes x's dtype, not the condition's).
+        """
+        tensor_at = [i for i, v in enumerate(values) if isinstance(v, Tensor)]
+        inputs: list[Tensor] = []
+        for i, v in enumerate(values):
+            if isinstance(v, Tensor):
+                inputs.append(v)
+                continue
+            nearest = min(tensor_at, key=lambda j, i=i: (abs(j - i), -j))
+            dtype = values[nearest].type.dtype
+            if not DTYPES[dtype].is_float and consteval.as_int(v) is None:
+                self.error(
+                    f"{op.name}: the number {format_number(v)} is not an integer, but the "
+                    f"tensor operand is {dtype}",
+                    spans[i],
+                    hint="cast the tensor first: cast(x, dtype = f32)",
+                    cls=DTypeError,
+                )
+                return None
+            inputs.append(self.ir.const(v, dtype, spans[i]))
+        return inputs
+
+    def _infer(
+        self,
+        op: OpDef,
+        inputs: list[Tensor],
+        attrs: dict[str, Any],
+        spans: list[Span],
+        attr_spans: dict[str, Span],
+        op_span: Span,
+    ) -> TensorType | None:
+        """The result type by the op's rule, or None after reporting its error where the rule
+        points (an argument, an attribute, else the op's name)."""
+        try:
+            out_type = op.infer([t.type for t in inputs], attrs)
+        except OpError as e:
+            if e.arg is not None and 0 <= e.arg < len(spans):
+                where = spans[e.arg]
+            else:
+                where = attr_spans.get(e.attr or "", op_span)
+            self.error(e.message, where, e.hint, _ERROR_KIND.get(e.kind, CheckError))
+            return None
+        except Exception as e:  # a bug in an op's rule must still not reach the user raw
+            self.error(
+                f"internal error in the rule of op '{op.name}': {type(e).__name__}: {e}",
+                op_span,
+                hint="this is a bug in rtgraph, not in the program; please report it",
+            )
+            return None
+        if not isinstance(out_type, TensorType):
+            self.error(f"internal error: op '{op.name}' inferred no type", op_span)
+            return None
+        return out_type
+
+
+def _dedupe_names(op: OpDef, attrs: dict[str, Any]) -> None:
+    """Name-list attributes (a kernel's reads/writes) as tensor names, each once, in order."""
+    for k, spec in op.attrs.items():
+        if spec.kind == "names" and isinstance(attrs[k], tuple):
+            attrs[k] = tuple(
+                dict.fromkeys(r.name if isinstance(r, Tensor) else r for r in attrs[k])
+            )
 
 
 # Dispatch on the node type (unbound functions: a table of bound methods would make a cycle).
