@@ -11,12 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rtgraph.device import DeviceSpec
-from rtgraph.device.load import (
+from rtgraph.device import (
     RUNTIME_VERSION,
     SCHEMA,
     UNIT_KINDS,
     CompatRow,
+    DeviceSpec,
     check_compatibility,
     compat_matrix,
     describe,
