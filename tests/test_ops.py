@@ -4,6 +4,8 @@ blame), costs, and kernels on hand-checked values and naive references."""
 from __future__ import annotations
 
 import itertools
+import subprocess
+import sys
 import warnings
 
 import numpy as np
@@ -11,7 +13,7 @@ import pytest
 
 from rtgraph.dtypes import DTYPES, round_bf16
 from rtgraph.ir import TensorType
-from rtgraph.ops import OpError, all_ops, lookup, run_kernel
+from rtgraph.ops import FAMILIES, OpError, all_ops, lookup, run_kernel
 
 SPEC_OPS = {
     "cube": "matmul conv2d",
@@ -78,6 +80,19 @@ def test_every_op_has_a_kernel_and_doc_except_the_synthetic_one():
     for name, op in all_ops().items():
         assert op.doc, name
         assert (op.kernel is None) == (name == "kernel"), name
+
+
+def test_the_registry_holds_each_family_s_ops_in_family_order():
+    declared = [op for family in FAMILIES for op in family.OPS]
+    assert list(all_ops().values()) == declared
+    assert [op.name for op in declared][:2] == ["matmul", "conv2d"]
+
+
+def test_importing_the_registry_alone_registers_every_op():
+    # The registry imports no family; the package does, so any import of rtgraph.ops fills it.
+    code = "from rtgraph.ops.registry import all_ops; print(len(all_ops()))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert int(out.stdout) == len(all_ops())
 
 
 def test_layout_copies_run_on_vector_and_kernel_on_its_unit_attribute():

@@ -2,7 +2,7 @@
 ``run_kernel``) equals the plain NumPy formula written here, bit for bit, and agrees with its
 shape rule on the result's shape and dtype.
 
-References follow the precision policy of :mod:`rtgraph.ops.catalog`: f32 computes in f32,
+References follow the precision policy of :mod:`rtgraph.ops`: f32 computes in f32,
 f16/bf16 compute in f32 and round once, integers compute in int64 and wrap.
 """
 

@@ -1,5 +1,36 @@
-"""Ops: the registry (what an op is) and the catalog (every op of the language)."""
+"""Ops: the registry (what an op is) and the op families (every op of the language).
 
+:mod:`.registry` defines :class:`OpDef` and holds the registered ops; :mod:`.rules` holds what
+the families share (operand checks, attribute values, kernel helpers, cost formulas). Each
+family module declares its ops as ``OPS``, and importing this package registers them, family by
+family in the order of :data:`FAMILIES` (the order of the language spec, and of
+:func:`all_ops`). :func:`op_table` prints them all, as ``rtgraph ops`` and docs/language.md
+show them.
+
+Precision policy (what every kernel computes in, so the emulator and the reference interpreter
+agree bit for bit and both behave like a device):
+
+* f16 and bf16 operands are upcast to f32 and the result is rounded once to the output dtype
+  (by :func:`run_kernel`). Cube ops accumulate in f32, as a Cube unit does; this is also
+  NumPy's only fast path (its float16 matmul has no BLAS behind it).
+* f32 computes in f32, never f64: constants are f32 scalars, sums accumulate in f32 (NumPy's
+  pairwise summation), ``exp`` of f32 stays f32.
+* Integers compute in int64 and wrap (two's complement) to the output type: ``add``, ``mul``,
+  ``matmul``, ``conv2d`` and ``reduce_sum`` of i8/i32 overflow like the hardware's integer
+  units. Integer ``div`` truncates toward zero and ``x / 0`` is 0 (no trap, no crash);
+  ``reduce_mean`` and ``pool2d(kind=avg)`` of integers truncate toward zero as well.
+  ``scale`` of an integer tensor multiplies in f64, truncates toward zero and saturates
+  (NaN, from ``0 * inf``, is 0).
+* ``cast`` from float to integer truncates toward zero, saturates at the integer range and maps
+  NaN to 0; integer to integer wraps; int to bf16 rounds once (round-to-odd to f32 first).
+* Transcendental ops and normalisations (``exp log sqrt rsqrt tanh sigmoid gelu silu``,
+  ``softmax``, ``layernorm``, ``rmsnorm``, ``groupnorm``) need a floating-point operand.
+* Floating-point results follow IEEE: overflow is inf, ``log(-1)`` is NaN, no warnings.
+  ``gelu`` is the tanh approximation (NumPy has no vectorised erf; the device kernels of
+  common NPU libraries offer it too).
+"""
+
+from rtgraph.ops import copies, cube, elementwise, layout, movement, reductions, synthetic
 from rtgraph.ops.registry import (
     REQUIRED,
     AttrSpec,
@@ -8,7 +39,33 @@ from rtgraph.ops.registry import (
     OpError,
     all_ops,
     lookup,
+    register,
     run_kernel,
 )
+from rtgraph.ops.table import op_table
 
-__all__ = ["REQUIRED", "AttrSpec", "Cost", "OpDef", "OpError", "all_ops", "lookup", "run_kernel"]
+#: The op families, in the order the language spec lists them: Cube, Vector elementwise,
+#: reductions and normalisations, data movement and windows, layout, DMA, the synthetic kernel.
+FAMILIES = (cube, elementwise, reductions, movement, layout, copies, synthetic)
+
+
+def _register_families() -> None:
+    for family in FAMILIES:
+        for op in family.OPS:
+            register(op)
+
+
+_register_families()
+
+__all__ = [
+    "FAMILIES",
+    "REQUIRED",
+    "AttrSpec",
+    "Cost",
+    "OpDef",
+    "OpError",
+    "all_ops",
+    "lookup",
+    "op_table",
+    "run_kernel",
+]

@@ -3,7 +3,9 @@
 An :class:`OpDef` declares an op's signature (tensor arguments, then attributes), its shape and
 dtype rule, the hardware unit it runs on, its cost inputs, and its NumPy kernel. The checker,
 the lowering pass, the cost model, the interpreter and the emulator all read ops from here and
-nowhere else, so adding an op is one ``register(OpDef(...))`` in :mod:`rtgraph.ops.catalog`.
+nowhere else, so adding an op is one ``OpDef(...)`` in the ``OPS`` of its family module
+(:mod:`rtgraph.ops.cube`, :mod:`rtgraph.ops.elementwise`, …); importing :mod:`rtgraph.ops`
+registers every family's ops, in the order of :data:`rtgraph.ops.FAMILIES`.
 
 Conventions every op follows:
 
@@ -13,7 +15,8 @@ Conventions every op follows:
 * ``kernel(arrays, attrs) -> ndarray`` receives arrays in *value form* (see :mod:`rtgraph.dtypes`)
   and may return any NumPy array; :func:`run_kernel` rounds the result once to the output dtype.
   Kernels are vectorised NumPy; f16/bf16 matmul-like ops compute in f32 through BLAS.
-* ``cost(types, out, attrs) -> Cost`` gives flops and bytes moved, for the cost model.
+* ``cost(types, out, attrs) -> Cost`` gives flops and bytes moved, for the cost model; its
+  docstring's first sentence says what it counts (the op table prints it).
 * Attributes arrive validated and defaulted (``AttrSpec``); ``axis`` values are normalised by
   the op's rule, not by the checker.
 """
@@ -121,6 +124,7 @@ OPS: dict[str, OpDef] = {}
 
 
 def register(op: OpDef) -> OpDef:
+    """Add ``op`` to the registry (:mod:`rtgraph.ops` does it for every family on import)."""
     if op.name in OPS:
         raise ValueError(f"op {op.name!r} registered twice")
     OPS[op.name] = op
@@ -128,12 +132,12 @@ def register(op: OpDef) -> OpDef:
 
 
 def lookup(name: str) -> OpDef | None:
-    _load_catalog()
+    """The op called ``name``, or None if the language has no such op."""
     return OPS.get(name)
 
 
 def all_ops() -> dict[str, OpDef]:
-    _load_catalog()
+    """Every registered op by name, in registration order."""
     return OPS
 
 
@@ -147,8 +151,3 @@ def run_kernel(
     if result.shape != out.shape:
         result = np.broadcast_to(result, out.shape)
     return result
-
-
-def _load_catalog() -> None:
-    if not OPS:
-        from rtgraph.ops import catalog  # noqa: F401  (registers every op on import)

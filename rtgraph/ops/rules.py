@@ -1,9 +1,11 @@
-"""What the ops of the catalogue share: operand checks, axis and window attributes, the
-precision policy's casts, numeric building blocks of kernels, and the cost formulas.
+"""What the op families share: operand checks, axis and window attributes, the precision
+policy's casts, numeric building blocks of kernels, and the cost formulas.
 
 Every check raises :class:`~rtgraph.ops.registry.OpError` with a compiler-style message that
 starts with the op's name and points at the offending argument (``arg``) or attribute
-(``attr``), so :mod:`rtgraph.ops.catalog` can stay a table of rules and kernels.
+(``attr``), so each family module (:mod:`rtgraph.ops.cube`, :mod:`rtgraph.ops.elementwise`, …)
+can stay a table of rules and kernels. A cost rule's docstring starts with one sentence saying
+what it counts: the op table (:mod:`rtgraph.ops.table`) prints it.
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from rtgraph.dtypes import DTYPES, TensorType
 from rtgraph.ops.registry import Cost, OpError
 
 Attrs = Mapping[str, Any]
+Types = Sequence[TensorType]
+Arrays = Sequence[np.ndarray]
 Kernel = Callable[[Sequence[np.ndarray], Attrs], np.ndarray]
 CostRule = Callable[[Sequence[TensorType], TensorType, Attrs], Cost]
 
@@ -246,6 +250,7 @@ def per_output(flops: int) -> CostRule:
     def cost(types: Sequence[TensorType], out: TensorType, attrs: Attrs) -> Cost:
         return Cost(flops * out.size, operand_bytes(types), out.nbytes)
 
+    cost.__doc__ = f"{flops} flop per output element."
     return cost
 
 
@@ -255,9 +260,13 @@ def per_input(flops: int) -> CostRule:
     def cost(types: Sequence[TensorType], out: TensorType, attrs: Attrs) -> Cost:
         return Cost(flops * types[0].size, operand_bytes(types), out.nbytes)
 
+    cost.__doc__ = f"{flops} flop per input element."
     return cost
 
 
 def moves_only(types: Sequence[TensorType], out: TensorType, attrs: Attrs) -> Cost:
-    """Data movement: no arithmetic, every operand read once, the output written once."""
+    """No arithmetic (data movement).
+
+    Every operand is read once and the output written once.
+    """
     return Cost(0, operand_bytes(types), out.nbytes)

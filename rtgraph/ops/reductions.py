@@ -1,0 +1,219 @@
+"""Vector reductions and normalisations: ``softmax``, ``layernorm``, ``rmsnorm``,
+``groupnorm`` and ``reduce_sum``/``reduce_mean``/``reduce_max``.
+
+Sums accumulate in f32 for float operands (NumPy's pairwise summation) and in int64 for
+integers, which wrap to the output type; integer means truncate toward zero.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from rtgraph.dtypes import TensorType
+from rtgraph.ops.registry import REQUIRED, AttrSpec, OpDef, OpError
+from rtgraph.ops.rules import (
+    Arrays,
+    Attrs,
+    Types,
+    along,
+    at_least,
+    axes,
+    axis,
+    f32,
+    ieee,
+    need_float,
+    per_input,
+    same_dtype,
+    trunc_div,
+    vector_of,
+    wide,
+)
+
+
+def _softmax_infer(types: Types, attrs: Attrs) -> TensorType:
+    need_float("softmax", types[0], 0)
+    axis("softmax", attrs["axis"], types[0].rank)
+    return types[0]
+
+
+def _softmax_kernel(arrays: Arrays, attrs: Attrs) -> np.ndarray:
+    x, ax = wide(arrays[0]), attrs["axis"]
+    e = np.exp(x - np.max(x, axis=ax, keepdims=True))
+    return e / np.sum(e, axis=ax, keepdims=True)
+
+
+SOFTMAX = OpDef(
+    name="softmax",
+    unit="vector",
+    min_args=1,
+    max_args=1,
+    infer=_softmax_infer,
+    cost=per_input(5),
+    kernel=ieee(_softmax_kernel),
+    attrs={"axis": AttrSpec("int", -1, doc="the normalised axis")},
+    doc="exp(x - max) / sum(exp(x - max)) along one axis",
+)
+
+
+def _norm_rule(name: str, channel_axis: int | None = None):
+    """Shape rule of a normalisation: x, then optional per-channel gamma and beta.
+
+    The channel axis is the ``axis`` attribute (layernorm, rmsnorm) or fixed (groupnorm: 1).
+    """
+
+    def infer(types: Types, attrs: Attrs) -> TensorType:
+        x = types[0]
+        need_float(name, x, 0)
+        if channel_axis is None:
+            ax, where = axis(name, attrs["axis"], x.rank), f"the size of axis {attrs['axis']}"
+        else:
+            if x.rank < 2:
+                raise OpError(f"{name}: input must have rank 2 or more (N, C, ...), got {x}", arg=0)
+            ax, where = channel_axis, "the number of channels, axis 1"
+            groups = attrs["groups"]
+            at_least(name, "groups", groups, 1)
+            if x.shape[1] % groups:
+                raise OpError(
+                    f"{name}: {groups} groups do not divide {x.shape[1]} channels",
+                    attr="groups",
+                    kind="attr",
+                )
+        at_least(name, "eps", attrs["eps"], 0)
+        same_dtype(name, types)
+        for i, label in enumerate(("gamma", "beta")[: len(types) - 1], 1):
+            vector_of(name, types[i], i, label, x.shape[ax], where)
+        return x
+
+    return infer
+
+
+def _affine(y: np.ndarray, params: Arrays, ax: int) -> np.ndarray:
+    """``y * gamma + beta`` with per-channel gamma, beta along axis ``ax`` (each optional)."""
+    if len(params) > 0:
+        y = y * along(wide(params[0]), ax, y.ndim)
+    if len(params) > 1:
+        y = y + along(wide(params[1]), ax, y.ndim)
+    return y
+
+
+def _standardise(x: np.ndarray, ax: int, eps: float) -> np.ndarray:
+    mean = np.mean(x, axis=ax, keepdims=True)
+    d = x - mean
+    return d / np.sqrt(np.mean(d * d, axis=ax, keepdims=True) + f32(eps))
+
+
+def _layernorm_kernel(arrays: Arrays, attrs: Attrs) -> np.ndarray:
+    x = wide(arrays[0])
+    ax = attrs["axis"] % x.ndim
+    return _affine(_standardise(x, ax, attrs["eps"]), arrays[1:], ax)
+
+
+def _rmsnorm_kernel(arrays: Arrays, attrs: Attrs) -> np.ndarray:
+    x = wide(arrays[0])
+    ax = attrs["axis"] % x.ndim
+    y = x / np.sqrt(np.mean(x * x, axis=ax, keepdims=True) + f32(attrs["eps"]))
+    return _affine(y, arrays[1:], ax)
+
+
+def _groupnorm_kernel(arrays: Arrays, attrs: Attrs) -> np.ndarray:
+    x = wide(arrays[0])
+    grouped = x.reshape(x.shape[0], attrs["groups"], -1)
+    y = _standardise(grouped, -1, attrs["eps"]).reshape(x.shape)
+    return _affine(y, arrays[1:], 1)
+
+
+_NORMS = {
+    "layernorm": (3, _layernorm_kernel, 1e-5, "(x - mean) / sqrt(var + eps) * gamma + beta"),
+    "rmsnorm": (2, _rmsnorm_kernel, 1e-6, "x / sqrt(mean(x * x) + eps) * gamma"),
+}
+
+NORM_OPS = tuple(
+    OpDef(
+        name=name,
+        unit="vector",
+        min_args=1,
+        max_args=max_args,
+        infer=_norm_rule(name),
+        cost=per_input(8),
+        kernel=ieee(kernel),
+        attrs={
+            "axis": AttrSpec("int", -1, doc="the normalised axis"),
+            "eps": AttrSpec("float", eps, doc="added to the variance, at least 0"),
+        },
+        doc=f"{doc} along one axis; gamma and beta optional, of that axis' size",
+    )
+    for name, (max_args, kernel, eps, doc) in _NORMS.items()
+)
+
+GROUPNORM = OpDef(
+    name="groupnorm",
+    unit="vector",
+    min_args=1,
+    max_args=3,
+    infer=_norm_rule("groupnorm", channel_axis=1),
+    cost=per_input(8),
+    kernel=ieee(_groupnorm_kernel),
+    attrs={
+        "groups": AttrSpec("int", REQUIRED, doc="channel groups; divides the channels"),
+        "eps": AttrSpec("float", 1e-5, doc="added to the variance, at least 0"),
+    },
+    doc="normalise each (sample, channel group) of N, C, ... input; gamma, beta of shape [C]",
+)
+
+
+def _reduce_rule(name: str):
+    def infer(types: Types, attrs: Attrs) -> TensorType:
+        x = types[0]
+        reduced = axes(name, attrs["axis"], x.rank)
+        if attrs["keepdims"]:
+            shape = tuple(1 if i in reduced else d for i, d in enumerate(x.shape))
+        else:
+            shape = tuple(d for i, d in enumerate(x.shape) if i not in reduced)
+        return TensorType(shape, x.dtype)
+
+    return infer
+
+
+def _reduce_kernel(name: str, fn):
+    def kernel(arrays: Arrays, attrs: Attrs) -> np.ndarray:
+        x = arrays[0]
+        return fn(wide(x), axes(name, attrs["axis"], x.ndim), bool(attrs["keepdims"]))
+
+    return ieee(kernel)
+
+
+def _mean(x: np.ndarray, ax: tuple, keepdims: bool) -> np.ndarray:
+    if x.dtype.kind == "f":
+        return np.mean(x, axis=ax, keepdims=keepdims)
+    count = math.prod(x.shape[i] for i in ax)
+    return trunc_div(np.sum(x, axis=ax, keepdims=keepdims), count)
+
+
+_REDUCTIONS = {
+    "reduce_sum": (lambda x, ax, kd: np.sum(x, axis=ax, keepdims=kd), "sum (integers wrap)"),
+    "reduce_mean": (_mean, "mean (integers truncate toward zero)"),
+    "reduce_max": (lambda x, ax, kd: np.max(x, axis=ax, keepdims=kd), "maximum (NaN propagates)"),
+}
+
+REDUCE_OPS = tuple(
+    OpDef(
+        name=name,
+        unit="vector",
+        min_args=1,
+        max_args=1,
+        infer=_reduce_rule(name),
+        cost=per_input(1),
+        kernel=_reduce_kernel(name, fn),
+        attrs={
+            "axis": AttrSpec("axes", None, doc="an axis or a list of axes; default: all"),
+            "keepdims": AttrSpec("bool", False, doc="keep reduced axes with size 1"),
+        },
+        doc=f"{doc} over the given axes",
+    )
+    for name, (fn, doc) in _REDUCTIONS.items()
+)
+
+#: This family's ops, in the order the language spec lists them.
+OPS: tuple[OpDef, ...] = (SOFTMAX, *NORM_OPS, GROUPNORM, *REDUCE_OPS)
