@@ -5,6 +5,8 @@ in the order of :data:`SCRIPTS`; its standard output goes into the README under 
 the exact command, the wall time it took and its exit status. A script that fails is recorded
 as failed (with the end of its error output) and the others still run. The headline table
 (``python -m rtgraph.bench models/``, the same as ``rtgraph bench models/``) comes first.
+With ``--only``, the chosen sections (and their rows of the status table) replace the same
+sections of the existing README; the other sections stay as they were.
 
 Usage: python benchmarks/run_all.py [--quick] [--only NAME,NAME] [--output PATH]
 """
@@ -123,6 +125,22 @@ def section(name: str, command: list[str], purpose: str, outcome) -> list[str]:
     return lines
 
 
+def splice(readme: str, name: str, row: str, lines: list[str]) -> str:
+    """``readme`` with section ``name`` and its row of the status table replaced."""
+    marker = f"\n## {name}\n"
+    if marker not in readme:
+        raise SystemExit(f"run_all: {name} is not in the README yet; run without --only")
+    start = readme.index(marker) + 1
+    end = readme.find("\n## ", start)
+    block = "\n".join(lines) + "\n"
+    if end == -1:  # the last section: the file ends with one newline
+        readme, block = readme.rstrip() + "\n", block.rstrip() + "\n"
+        end = len(readme) - 1
+    text = readme[:start] + block + readme[end + 1 :]
+    prefix = f"| [{name}](#{name}) |"
+    return "\n".join(row if ln.startswith(prefix) else ln for ln in text.split("\n"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="smaller sizes where scripts allow")
@@ -151,16 +169,20 @@ def main() -> None:
         "|---|---|---:|",
     ]
     body: list[str] = []
+    output = Path(args.output)
+    spliced = output.read_text() if only and output.exists() else None
     for name, full, quick, purpose in chosen:
         command = quick if args.quick else full
         print(f"run_all: {name} …", file=sys.stderr, flush=True)
         outcome = run_one(command)
-        head.append(
-            f"| [{name}](#{name}) | {'ok' if outcome[0] == 0 else 'FAILED'} | {outcome[3]:.1f} |"
-        )
-        body += section(name, command, purpose, outcome)
-    text = "\n".join([*head, "", *body]).rstrip() + "\n"
-    Path(args.output).write_text(text)
+        row = f"| [{name}](#{name}) | {'ok' if outcome[0] == 0 else 'FAILED'} | {outcome[3]:.1f} |"
+        head.append(row)
+        lines = section(name, command, purpose, outcome)
+        body += lines
+        if spliced is not None:
+            spliced = splice(spliced, name, row, lines)
+    text = spliced if spliced is not None else "\n".join([*head, "", *body]).rstrip() + "\n"
+    output.write_text(text)
     print(f"run_all: wrote {args.output}", file=sys.stderr)
 
 

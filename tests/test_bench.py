@@ -10,7 +10,27 @@ import pytest
 from conftest import MODELS
 
 import rtgraph
-from rtgraph.bench import ALLOC_MODES, BenchReport, bench, main, model_paths
+from rtgraph.bench import ALLOC_MODES, BenchReport, bench, model_paths
+from rtgraph.bench.__main__ import main
+from rtgraph.bench.claims import (
+    AGREES,
+    BY_UNIT_BAND,
+    HOST_OVERLAP_BAND,
+    LIFT_BAND,
+    ONE_STREAM_BAND,
+    SPEC_INPUT,
+    Band,
+    by_unit_row,
+    headline_rows,
+    host_row,
+    lift_row,
+    one_stream_row,
+    pct_beside,
+    ratio_beside,
+    spec_input_row,
+    verdict,
+)
+from rtgraph.bench.rows import EMULATED, SPEC_COSTED, PolicyRow
 from rtgraph.errors import UsageError
 from rtgraph.stream_program import Wait
 
@@ -90,9 +110,12 @@ def test_headline_sets_each_claim_against_a_measured_figure(report):
     assert f"attention {lift:.2f}×" in text
     assert f"attention {round(100 * single.utilization['cube'])} %" in text
     spec = rtgraph.device("ascend-910b").memory
-    assert f"median {spec.direct_alloc_us:.1f} µs" in text
-    assert f"median {spec.pool_alloc_us:.1f} µs" in text
-    assert all(line.rstrip(" |").split(" | ")[-1] for line in lines)  # every row has a verdict
+    assert f"spec input: {spec.direct_alloc_us:.1f} µs a call (median of" in text
+    assert f"spec input: {spec.pool_alloc_us:.1f} µs a call (median of" in text
+    verdicts = [line.rstrip(" |").split(" | ")[-1] for line in lines]
+    assert verdicts[-2:] == [SPEC_INPUT, SPEC_INPUT]  # the emulator charges the spec's costs
+    assert all(v == AGREES or v.startswith("differs: ") for v in verdicts[:-2])
+    assert "1.69× – 2.06× (± 10 %)" in text  # the lift's band is stated
     assert "### Headline" in report.markdown()
 
 
@@ -149,6 +172,10 @@ def test_json_round_trips_with_derived_columns(report):
     assert all(0 <= r["host_overlap"] <= 1 for r in data["policies"])
     assert {"saving", "over_bound"} <= set(data["memory"][0])
     assert {"us_per_step_call", "step_makespan_us"} <= set(data["allocation"][0])
+    assert [r["claim"] for r in data["headline"]] == [r.claim for r in report.headline_rows()]
+    assert {r["verdict"] for r in data["headline"][-2:]} == {SPEC_INPUT}
+    sources = {r["mode"]: r["source"] for r in data["allocation"]}
+    assert sources == {"static": EMULATED, **dict.fromkeys(ALLOC_MODES, SPEC_COSTED)}
 
 
 def test_figure_has_three_panels(report, tmp_path):
@@ -235,6 +262,7 @@ def test_module_entry_point_prints_markdown_or_json(capsys, tmp_path):
     assert "no such file" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_readme_headline_is_what_bench_prints():
     """The README quotes `rtgraph bench models/`; regenerate the table when this fails."""
     from conftest import ROOT
@@ -242,3 +270,120 @@ def test_readme_headline_is_what_bench_prints():
     report = bench([MODELS], progress=False)
     table = report.headline().split("\n\n")[0]
     assert table in (ROOT / "README.md").read_text(), report.headline()
+
+
+# --- the verdicts, on made-up figures either side of every threshold ---------------------------
+
+
+def _row(model: str = "m", cube: float = 0.4, vector: float = 0.4, **host: float) -> PolicyRow:
+    return PolicyRow(
+        model=model,
+        policy="by-unit",
+        memory="stream-ordered",
+        tasks=1,
+        makespan_us=1.0,
+        utilization={"cube": cube, "vector": vector},
+        speedup=1.0,
+        events=0,
+        waits=0,
+        host_busy_us=host.get("submit", 0.0),
+        host_submit_us=host.get("submit", 0.0),
+        host_overlap_us=host.get("overlap", 0.0),
+    )
+
+
+def test_a_band_says_which_side_a_figure_misses():
+    band = Band(1.0, 2.0)
+    assert [band.side(x) for x in (0.99, 1.0, 1.5, 2.0, 2.01)] == [
+        "lower",
+        None,
+        None,
+        None,
+        "higher",
+    ]
+    assert Band(1.0).side(1e9) is None and Band(high=2.0).side(-1e9) is None
+    assert verdict([1.0, 2.0], band, ratio_beside) == AGREES
+    assert verdict([0.5, 1.5, 3.0], band, ratio_beside) == "differs: lower (0.50×); higher (3.00×)"
+
+
+def test_a_missing_figure_prints_with_the_decimals_that_show_it_misses():
+    assert pct_beside(0.2999, 0.30) == "29.99 %"  # not an in-band "30 %"
+    assert pct_beside(0.674, 0.75) == "67 %"
+    assert ratio_beside(2.0626, 2.0625) == "2.063×"  # 2.06× would read as in the band
+    assert pct_beside(0.5, None) == "50 %"
+
+
+@pytest.mark.parametrize(
+    ("band", "lower", "inside", "higher"),
+    [
+        (ONE_STREAM_BAND, [0.29, 0.2999], [0.30, 0.40, 0.50], [0.5001, 0.60]),
+        (BY_UNIT_BAND, [0.5, 0.7499], [0.75, 0.90, 1.0], []),  # "≥ 75 %": no upper side
+        (LIFT_BAND, [1.0, 1.68], [1.69, 1.875, 2.06], [2.07, 3.0]),
+        (HOST_OVERLAP_BAND, [0.0, 0.499], [0.5, 0.97, 1.0], []),
+    ],
+)
+def test_every_band_has_figures_on_both_sides(band, lower, inside, higher):
+    assert {band.side(x) for x in lower} == {"lower"}
+    assert {band.side(x) for x in inside} == {None}
+    assert [band.side(x) for x in higher] == ["higher"] * len(higher)
+    assert verdict(inside, band, pct_beside) == AGREES
+    assert verdict([*inside, *lower], band, pct_beside).startswith("differs: lower (")
+    if higher:
+        assert verdict([*inside, *higher], band, pct_beside).startswith("differs: higher (")
+
+
+def test_one_stream_verdict_is_two_sided():
+    assert one_stream_row({"m": _row(cube=0.35, vector=0.45)}).verdict == AGREES
+    assert one_stream_row({"m": _row(cube=0.2, vector=0.4)}).verdict == "differs: lower (20 %)"
+    assert one_stream_row({"m": _row(cube=0.4, vector=0.6)}).verdict == "differs: higher (60 %)"
+
+
+def test_by_unit_verdict_names_the_figures_below_the_claim():
+    assert by_unit_row({"m": _row(cube=0.75, vector=1.0)}).verdict == AGREES
+    row = by_unit_row({"a": _row(cube=0.8, vector=0.6), "b": _row(cube=0.7, vector=0.9)})
+    assert row.verdict == "differs: lower (60 %, 70 %)"
+    assert row.measured == "a 80 % / 60 %; b 70 % / 90 %"
+
+
+def test_lift_agrees_only_within_ten_percent_of_the_claim():
+    single = {"m": _row(cube=0.4, vector=0.4)}  # Cube + Vector 0.8
+    lift = {
+        x: lift_row(single, {"m": _row(cube=x / 2 * 0.8, vector=x / 2 * 0.8)})
+        for x in (1.5, 1.7, 1.875, 2.05, 2.3)
+    }
+    assert [r.verdict for r in lift.values()] == [
+        "differs: lower (1.50×)",
+        AGREES,
+        AGREES,
+        AGREES,
+        "differs: higher (2.30×)",
+    ]
+    assert lift[1.875].measured == "m 1.88×" and "(± 10 %)" in lift[1.875].agrees_if
+
+
+def test_host_overlap_verdict_is_per_model():
+    fine, alone = (
+        _row("fine", submit=100.0, overlap=90.0),
+        _row("alone", submit=100.0, overlap=40.0),
+    )
+    assert host_row({"fine": fine}).verdict == AGREES
+    row = host_row({"fine": fine, "alone": alone})
+    assert row.verdict == "differs: lower (40 %)"
+    assert row.measured == "fine 90 % of 100 µs; alone 40 % of 100 µs"
+
+
+def test_allocation_costs_are_spec_inputs_whatever_their_value():
+    for calls in ([50.0] * 3, [1.0, 1.0, 51.0], [500.0]):
+        row = spec_input_row("direct", "direct allocation", 50.0, calls)
+        assert row.verdict == SPEC_INPUT and row.measured.startswith("spec input: ")
+        assert "direct_alloc_us" in row.agrees_if and "agrees" not in row.measured
+    pool = spec_input_row("pool", "pool allocation", 1.0, [1.0, 1.0, 51.0])
+    assert pool.measured == "spec input: 1.0 µs a call (median of 3 calls; mean 17.7 µs)"
+
+
+def test_headline_rows_say_only_what_the_figures_can_speak_to():
+    single, unit = {"m": _row(cube=0.4, vector=0.4)}, {"m": _row(cube=0.75, vector=0.75)}
+    claims = [r.claim for r in headline_rows(single, unit, {"direct": [50.0], "pool": []})]
+    assert len(claims) == 5 and claims[-1].startswith("direct")
+    assert len(headline_rows(single, {}, {})) == 1  # no by-unit run: no lift, no host row
+    assert headline_rows({}, {}, {"pool": [1.0]})[0].verdict == SPEC_INPUT
