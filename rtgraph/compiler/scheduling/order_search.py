@@ -82,6 +82,10 @@ class Replay:
         free = dict(self.cores)
         costs = self.costs
         started: set[int] = set()
+        # The makespan is the last completion, not the engine's clock when its queue drains: a
+        # transfer re-timed by a later join leaves a stale completion behind, which the engine
+        # still pops (and ignores) after the last task has finished.
+        last_end = 0.0
 
         def dispatch(_: object) -> None:
             for s, queue in enumerate(queues):
@@ -97,6 +101,8 @@ class Replay:
                 timer.begin(t)
 
         def finish(t: int) -> None:
+            nonlocal last_end
+            last_end = engine.now
             if end is not None:
                 end[t] = engine.now
             free[costs.unit[t]] += costs.cores[t]
@@ -108,7 +114,7 @@ class Replay:
         timer = HbmTimer(engine, self.graph.device, costs, finish)
         engine.at(0.0, DISPATCH, dispatch)
         engine.run()
-        return engine.now
+        return last_end
 
 
 def improve_order(
