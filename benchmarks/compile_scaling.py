@@ -20,6 +20,7 @@ Usage: python benchmarks/compile_scaling.py [--sizes 1000,10000,100000] [--repea
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import sys
 import time
@@ -54,25 +55,31 @@ def program_text(tasks: int) -> str:
     return "\n".join(lines)
 
 
-def pass_list(memory: str):
+def pass_list(memory: str) -> str:
     """The name of the compiler's pass list that ``memory`` selects (static allocation)."""
-    return "STREAM_ORDERED_PASSES" if memory == "stream-ordered" else "PASSES"
+    passes = compiler.pipeline(compiler.CompileOptions(memory=memory))
+    return next(name for name in PASS_LISTS if getattr(compiler, name) is passes)
+
+
+#: The pipeline module's pass lists, by attribute name.
+PASS_LISTS = ("PASSES", "STREAM_ORDERED_PASSES", "RUNTIME_ALLOC_PASSES")
 
 
 def timed_passes(times: dict[str, float], passes):
     """``passes`` with each pass wrapped to add its CPU time to ``times``."""
 
-    def wrap(name, run):
-        def timed(*args, **kwargs):
+    def wrap(run):
+        @functools.wraps(run)  # keeps the pass's name for the graph check
+        def timed(graph, options):
             t0 = time.process_time()
             try:
-                return run(*args, **kwargs)
+                return run(graph, options)
             finally:
-                times[name] = times.get(name, 0.0) + time.process_time() - t0
+                times[run.__name__] = times.get(run.__name__, 0.0) + time.process_time() - t0
 
         return timed
 
-    return tuple((name, wrap(name, run)) for name, run in passes)
+    return tuple(wrap(run) for run in passes)
 
 
 def measure(tasks: int, repeat: int, memory: str) -> dict[str, float]:
@@ -109,7 +116,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1, help="best of N runs per size")
     parser.add_argument("--memory", default="stream-ordered")
     args = parser.parse_args()
-    names = list(dict.fromkeys(name for name, _ in getattr(compiler, pass_list(args.memory))))
+    names = list(dict.fromkeys(run.__name__ for run in getattr(compiler, pass_list(args.memory))))
     sizes = [int(s) for s in args.sizes.split(",")]
 
     print("# Compile and timing-only emulation scaling")
@@ -117,16 +124,16 @@ def main() -> None:
     print(f"memory plan {args.memory}; times: process CPU seconds, best of {args.repeat} run(s)\n")
     results = {n: measure(n, args.repeat, args.memory) for n in sizes}
     stages = ["front end", *names, "compile"]
-    header = f"| {'stage (µs per task)':<22} |" + "".join(
+    header = f"| {'stage (µs per task)':<25} |" + "".join(
         f" {int(results[n]['tasks']):>10,} |" for n in sizes
     )
     print(header)
-    print("|" + "-" * 24 + "|" + "".join("-" * 11 + ":|" for _ in sizes))
+    print("|" + "-" * 27 + "|" + "".join("-" * 11 + ":|" for _ in sizes))
     for stage in stages:
         cells = "".join(f" {1e6 * results[n][stage] / results[n]['tasks']:>10.1f} |" for n in sizes)
-        print(f"| {stage:<22} |{cells}")
+        print(f"| {stage:<25} |{cells}")
     cells = "".join(f" {results[n]['tasks'] / results[n]['emulate']:>10,.0f} |" for n in sizes)
-    print(f"| {'emulate: tasks/s':<22} |{cells}")
+    print(f"| {'emulate: tasks/s':<25} |{cells}")
 
     big = [n for n in sizes if n >= 10_000]
     if len(big) >= 2:

@@ -18,16 +18,18 @@ from typing import Any
 
 import numpy as np
 
+from rtgraph import emulator, frontend
+from rtgraph.compiler import CompileOptions, compile_program
 from rtgraph.compiler.scheduling.policies import StreamPolicy
+from rtgraph.device import check_compatibility, load_device
 from rtgraph.device.spec import DeviceSpec
+from rtgraph.errors import UsageError
 from rtgraph.ir.graph import Program
 from rtgraph.stream_program.program import StreamProgram
 
 
 def device(spec: str | DeviceSpec | None = None) -> DeviceSpec:
     """A device spec by name or path (default ``ascend-910b``), checked against the runtime."""
-    from rtgraph.device import check_compatibility, load_device
-
     if isinstance(spec, DeviceSpec):
         return spec
     found = load_device(spec or "ascend-910b")
@@ -47,13 +49,11 @@ def load(
     **kwparams: int,
 ) -> Program:
     """Parse and check a ``.rtg`` file; ``params`` (or keywords) override its parameters."""
-    from rtgraph.frontend import load as _load
-
     merged = {**(params or {}), **kwparams}
     text_device = device
-    program = _load(os.fspath(path), merged or None, device_capacity=None)
+    program = frontend.load(os.fspath(path), merged or None, device_capacity=None)
     ref = text_device if text_device is not None else program.device
-    return _load(os.fspath(path), merged or None, device_capacity=_capacity(ref))
+    return frontend.load(os.fspath(path), merged or None, device_capacity=_capacity(ref))
 
 
 def parse(
@@ -65,12 +65,10 @@ def parse(
     **kwparams: int,
 ) -> Program:
     """Parse and check program text."""
-    from rtgraph.frontend import parse as _parse
-
     merged = {**(params or {}), **kwparams}
-    program = _parse(text, filename, merged or None)
+    program = frontend.parse(text, filename, merged or None)
     ref = device if device is not None else program.device
-    return _parse(text, filename, merged or None, device_capacity=_capacity(ref))
+    return frontend.parse(text, filename, merged or None, device_capacity=_capacity(ref))
 
 
 def compile(
@@ -80,17 +78,30 @@ def compile(
     streams: str | StreamPolicy = "auto",
     memory: str = "stream-ordered",
     alloc: str = "static",
+    batch_size: int | None = None,
     check: bool = False,
+    options: CompileOptions | None = None,
 ) -> StreamProgram:
     """Compile a checked program into a stream program for ``device``.
 
-    ``alloc`` is ``static`` (the memory plan ``memory``) or a run-time allocator: ``direct``,
-    ``pool``, ``pytorch``, ``buddy`` or ``mixed`` (params direct, activations pooled).
+    The keywords are the fields of :class:`~rtgraph.compiler.options.CompileOptions` (each
+    option's values: ``docs/options.md``): ``streams`` a policy name or object, ``memory`` the
+    static plan, ``alloc`` ``static`` (the plan) or a run-time allocator, ``batch_size`` the
+    host's submission batch the commands are ordered for (None: the device's; run on the same
+    spec to get it at run time too). Or pass one ``options`` object and no keywords.
     """
-    from rtgraph.compiler.pipeline import compile_program
-
+    keywords = CompileOptions(
+        streams=streams, memory=memory, alloc=alloc, batch_size=batch_size, check=check
+    )
+    if options is None:
+        options = keywords
+    elif keywords != CompileOptions():
+        raise UsageError(
+            "rtgraph.compile takes options= or option keywords, not both",
+            hint="set every option on the CompileOptions object",
+        )
     spec = globals()["device"](device if device is not None else program.device)
-    return compile_program(program, spec, streams=streams, memory=memory, alloc=alloc, check=check)
+    return compile_program(program, spec, options)
 
 
 def run(
@@ -104,10 +115,8 @@ def run(
     **options: Any,
 ):
     """Run a stream program on the emulated device; returns the emulator's result."""
-    from rtgraph.emulator import run as _run
-
     spec = globals()["device"](device if device is not None else program.device)
-    return _run(
+    return emulator.run(
         program, spec, inputs=inputs, params=params, seed=seed, numerics=numerics, **options
     )
 

@@ -1,20 +1,36 @@
 """The ``rtgraph`` command line.
 
 Exit status: 0 success, 1 a user error in the input (reported as ``file:line:col: error: …``),
-2 a usage error. Files are written whole or not at all (:func:`write_output`).
+2 a usage error. Files are written whole or not at all (:func:`rtgraph.files.write_atomic`).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
-import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from rtgraph import __version__, api
+from rtgraph.compiler.memplan import greedy_by_size, plan, read_records_csv
+from rtgraph.compiler.options import OPTIONS, CompileOptions, OptionError
+from rtgraph.device import describe, list_devices
 from rtgraph.errors import RtgError, UsageError
+from rtgraph.files import write_atomic
+from rtgraph.ir.interpreter import evaluate, load_npz
+from rtgraph.ops import op_table
+from rtgraph.reports.advisor import advise, format_advice
+from rtgraph.reports.profiler import profile, write_csvs
+from rtgraph.reports.trace import write_trace
+from rtgraph.stream_program.listing import compile_report, format_listing, to_dot
+from rtgraph.stream_program.program import StreamProgram
+from rtgraph.stream_program.races import check_races, describe_race, fix_hint
+
+#: The CLI flag of each compile option it sets, and the values each takes (shown as
+#: ``{a,b,…}`` in the usage; validated, with a hint, by :class:`CompileOptions`).
+FLAGS: dict[str, str] = {o.name: o.flag for o in OPTIONS if o.flag}
+CHOICES: dict[str, tuple[str, ...]] = {o.flag: tuple(o.values) for o in OPTIONS if o.values}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -22,23 +38,6 @@ class _Parser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         print(f"rtgraph: error: {message}", file=sys.stderr)
         raise SystemExit(2)
-
-
-def write_output(path: str | os.PathLike, data: str | bytes) -> None:
-    """Write ``data`` to ``path`` atomically: a temporary file in the same folder, renamed."""
-    target = Path(path)
-    if target.parent and not target.parent.exists():
-        raise UsageError(f"cannot write {path}: folder {target.parent} does not exist")
-    mode = "wb" if isinstance(data, bytes) else "w"
-    fd, tmp = tempfile.mkstemp(dir=target.parent or ".", prefix=f".{target.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, mode) as f:
-            f.write(data)
-        os.replace(tmp, target)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
 
 
 def _params(pairs: Sequence[str] | None) -> dict[str, int]:
@@ -67,73 +66,45 @@ def _add_program_args(p: argparse.ArgumentParser) -> None:
 
 
 def _add_compile_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--streams",
-        default="auto",
-        help="single | by-unit | by-unit:N | explicit | list (default: explicit for "
-        "programs with streams, else by-unit)",
-    )
-    p.add_argument(
-        "--memory",
-        default="stream-ordered",
-        choices=("none", "greedy", "stream-ordered", "timed"),
-        help="memory plan: none (a region per tensor), greedy (reuse by liveness in program "
-        "order), stream-ordered (reuse only where the streams already order the tensors: "
-        "no false dependencies) or timed (reuse once the device's replayed timeline has "
-        "finished with a tensor: waits that are expected to be met already)",
-    )
-    p.add_argument(
-        "--alloc",
-        default="static",
-        choices=("static", "direct", "pool", "pytorch", "buddy", "mixed"),
-        help="static: the memory plan; otherwise allocate at run time from this allocator "
-        "(mixed: params direct, activations pooled)",
-    )
-    p.add_argument(
-        "--batch-size",
-        type=int,
-        metavar="N",
-        help="host submission batch size (default: the device spec's host.batch_size)",
-    )
+    """The compile options' flags, their values and help generated from :data:`OPTIONS`."""
+    for option in OPTIONS:
+        if option.flag is None:
+            continue
+        values = "; ".join(f"{value} = {what}" for value, what in option.values.items())
+        default = option.default_means or option.default
+        p.add_argument(
+            option.flag,
+            dest=option.name,
+            default=option.default,
+            type=str if option.values else int,
+            metavar="{" + ",".join(option.values) + "}" if option.values else "N",
+            help=f"{option.summary} (default: {default})" + (f" — {values}" if values else ""),
+        )
 
 
-def _spec(args: argparse.Namespace, program):
-    """The device spec the command runs on: --device (else the program's), with overrides."""
-    from dataclasses import replace
+def _options(args: argparse.Namespace, **overrides: object) -> CompileOptions:
+    """The one :class:`CompileOptions` the command's flags ask for (a bad value: exit 2)."""
+    chosen = {name: getattr(args, name) for name in FLAGS if hasattr(args, name)}
+    try:
+        return CompileOptions(**{**chosen, **overrides})  # type: ignore[arg-type]
+    except OptionError as e:
+        raise UsageError(f"{FLAGS[e.option]} {e.value}: {e.problem}", hint=e.hint) from None
 
-    from rtgraph import api
 
-    spec = api.device(args.device or program.device)
-    batch = getattr(args, "batch_size", None)
-    if batch is not None:
-        if batch < 1:
-            raise UsageError(f"--batch-size {batch}: must be at least 1")
-        spec = replace(spec, host=replace(spec.host, batch_size=batch))
-    return spec
+def _spec(args: argparse.Namespace, program, options: CompileOptions):
+    """The device spec the command runs on: --device (else the program's), with the options'
+    overrides (the host's batch size) applied."""
+    return options.for_device(api.device(args.device or program.device)).target
 
 
 def _load(args: argparse.Namespace):
-    from rtgraph import api
-
     return api.load(args.file, _params(args.define), device=args.device)
-
-
-def _compile(args: argparse.Namespace, program=None):
-    from rtgraph import api
-
-    program = program if program is not None else _load(args)
-    spec = _spec(args, program)
-    return api.compile(
-        program, device=spec, streams=args.streams, memory=args.memory, alloc=args.alloc
-    ), program
 
 
 # --- commands -------------------------------------------------------------------------------
 
 
 def _read_stream_program(path: str):
-    from rtgraph.stream_program.program import StreamProgram
-
     try:
         text = Path(path).read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
@@ -142,8 +113,6 @@ def _read_stream_program(path: str):
 
 
 def cmd_check(args: argparse.Namespace) -> int:
-    from rtgraph import api
-
     if args.file.endswith(".json"):
         compiled = _read_stream_program(args.file)
         return _report_races(args, compiled, api.device(args.device or compiled.device))
@@ -152,7 +121,7 @@ def cmd_check(args: argparse.Namespace) -> int:
         spec = api.device(args.device or program.device)
         # No memory reuse here: reuse adds compiler-ordered false dependencies that would
         # mask a missing record/wait in the program's own synchronisation.
-        compiled = api.compile(program, device=spec, streams="auto", memory="none")
+        compiled = api.compile(program, device=spec, memory="none")
         return _report_races(args, compiled, spec)
     print(f"{args.file}: ok")
     return 0
@@ -160,8 +129,6 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 def _report_races(args: argparse.Namespace, compiled, spec) -> int:
     """Print every race of a stream program (exit 1), or that there are none (exit 0)."""
-    from rtgraph.stream_program.races import check_races, describe_race, fix_hint
-
     report = check_races(
         compiled,
         reorder=spec.scheduler.reorder_window > 0,
@@ -189,27 +156,23 @@ def _report_races(args: argparse.Namespace, compiled, spec) -> int:
 
 
 def cmd_compile(args: argparse.Namespace) -> int:
-    compiled, _ = _compile(args)
+    options = _options(args)
+    program = _load(args)
+    compiled = api.compile(program, device=_spec(args, program, options), options=options)
     if args.emit == "listing":
-        from rtgraph.stream_program.listing import format_listing
-
         text = format_listing(compiled)
     elif args.emit == "dot":
-        from rtgraph.stream_program.listing import to_dot
-
         text = to_dot(compiled)
     else:
         text = compiled.to_json(indent=1)
     if args.output:
-        write_output(args.output, text)
+        write_atomic(args.output, text)
     else:
         sys.stdout.write(text)
     return 0
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    from rtgraph.ir.interpreter import evaluate, load_npz
-
     program = _load(args)
     inputs = load_npz(args.inputs) if args.inputs else None
     params = load_npz(args.params) if args.params else None
@@ -223,12 +186,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
-    from rtgraph import api
-    from rtgraph.ir.interpreter import evaluate, load_npz
-
+    options = _options(args)
     program = _load(args)
-    spec = _spec(args, program)
-    compiled, _ = _compile(args, program)
+    spec = _spec(args, program, options)
+    compiled = api.compile(program, device=spec, options=options)
     inputs = load_npz(args.inputs) if args.inputs else None
     params = load_npz(args.params) if args.params else None
     result = api.run(
@@ -251,8 +212,6 @@ def cmd_run(args: argparse.Namespace) -> int:
         data["policy"] = compiled.meta.get("policy")
         print(json.dumps(data, indent=1))
     else:
-        from rtgraph.stream_program.listing import compile_report
-
         print(result.summary())
         print()
         for line in compile_report(compiled):
@@ -285,54 +244,47 @@ def _window(text: str | None) -> tuple[float, float] | None:
 def _write_reports(args: argparse.Namespace, result, compiled, spec) -> None:
     """The pictures and traces a run was asked for (each file written whole or not at all)."""
     if getattr(args, "trace", None):
-        from rtgraph.reports.trace import write_trace
-
         write_trace(args.trace, result, compiled, spec)
-    if getattr(args, "timeline", None):
-        from rtgraph.reports.timeline import plot_timeline, save_figure
-
-        figure = plot_timeline(result, compiled, window=_window(args.window), device=spec)
-        save_figure(figure, args.timeline)
-    if getattr(args, "memory_map", None):
-        from rtgraph.reports.style import save_figure
-
-        if compiled.memory.policy.startswith("runtime:"):
-            from rtgraph.reports.allocviz import plot_allocation_map as plot_map
-        else:
-            from rtgraph.reports.memoryviz import plot_memory_map as plot_map
-        save_figure(plot_map(compiled, result), args.memory_map)
-    if getattr(args, "memory_plot", None):
-        from rtgraph.reports.style import save_figure
-
-        if compiled.memory.policy.startswith("runtime:"):
-            from rtgraph.reports.allocviz import plot_allocator_memory as plot_use
-        else:
-            from rtgraph.reports.memoryviz import plot_memory as plot_use
-        save_figure(plot_use(compiled, result), args.memory_plot)
+    if any(getattr(args, name, None) for name in ("timeline", "memory_map", "memory_plot")):
+        _write_pictures(args, result, compiled, spec)
     if getattr(args, "advise", False):
-        from rtgraph.reports.advisor import advise, format_advice
-
         print(format_advice(advise(result, compiled, spec)))
 
 
-def cmd_advise(args: argparse.Namespace) -> int:
-    from rtgraph import api
-    from rtgraph.reports.advisor import advise, format_advice
+def _write_pictures(args: argparse.Namespace, result, compiled, spec) -> None:
+    """The timeline and memory pictures a run was asked for."""
+    # matplotlib: loaded only when a picture is asked for
+    from rtgraph.reports import allocviz, memoryviz
+    from rtgraph.reports.style import save_figure
+    from rtgraph.reports.timeline import plot_timeline
 
+    if args.timeline:
+        figure = plot_timeline(result, compiled, window=_window(args.window), device=spec)
+        save_figure(figure, args.timeline)
+    at_runtime = compiled.memory.policy.startswith("runtime:")
+    if args.memory_map:
+        plot_map = allocviz.plot_allocation_map if at_runtime else memoryviz.plot_memory_map
+        save_figure(plot_map(compiled, result), args.memory_map)
+    if args.memory_plot:
+        plot_use = allocviz.plot_allocator_memory if at_runtime else memoryviz.plot_memory
+        save_figure(plot_use(compiled, result), args.memory_plot)
+
+
+def cmd_advise(args: argparse.Namespace) -> int:
+    options = _options(args)
     program = _load(args)
-    spec = _spec(args, program)
-    compiled, _ = _compile(args, program)
+    spec = _spec(args, program, options)
+    compiled = api.compile(program, device=spec, options=options)
     result = api.run(compiled, device=spec, numerics=False)
     print(format_advice(advise(result, compiled, spec)))
     return 0
 
 
 def cmd_profile(args: argparse.Namespace) -> int:
-    from rtgraph.reports.profiler import profile, write_csvs
-
+    options = _options(args)
     program = _load(args)
-    spec = _spec(args, program)
-    compiled, _ = _compile(args, program)
+    spec = _spec(args, program, options)
+    compiled = api.compile(program, device=spec, options=options)
     report = profile(
         compiled, spec, mode=args.mode, iterations=args.iterations, schedule=args.schedule
     )
@@ -344,49 +296,48 @@ def cmd_profile(args: argparse.Namespace) -> int:
 
 
 def cmd_viz(args: argparse.Namespace) -> int:
-    from rtgraph import api
+    # matplotlib: loaded only when a picture is asked for
     from rtgraph.reports.dagviz import plot_dag, plot_dag_compare
-    from rtgraph.reports.timeline import save_figure
+    from rtgraph.reports.style import save_figure
 
+    options = _options(args)
+    compared = [_options(args, streams=p) for p in (args.compare or "").split(",") if p]
     program = _load(args)
-    spec = _spec(args, program)
-    policies = [p for p in (args.compare or "").split(",") if p]
-    if policies:
-        compiled = {
-            p: api.compile(program, device=spec, streams=p, memory=args.memory, alloc=args.alloc)
-            for p in policies
-        }
+    spec = _spec(args, program, options)
+    if compared:
+        compiled = {str(o.streams): api.compile(program, device=spec, options=o) for o in compared}
         figure = plot_dag_compare(compiled)
     else:
-        compiled_one, _ = _compile(args, program)
-        figure = plot_dag(compiled_one)
+        figure = plot_dag(api.compile(program, device=spec, options=options))
     save_figure(figure, args.dag)
     print(f"wrote {args.dag}")
     return 0
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    from rtgraph.bench.run import ALLOC_MODES, MEMORY_PLANS, POLICIES, bench
+    # matplotlib (rtgraph.bench draws its figure): loaded only when a benchmark is asked for
+    from rtgraph import bench as headline
 
     def listed(value: str | None, default: Sequence[str]) -> list[str]:
         return [v for v in value.split(",") if v] if value else list(default)
 
     paths = args.files or ["models"]
-    report = bench(
+    report = headline.bench(
         paths,
         device=args.device or "ascend-910b",
         progress=not args.quiet,
-        policies=listed(args.streams, POLICIES),
-        memories=listed(args.memory, MEMORY_PLANS),
-        allocs=listed(args.alloc, ALLOC_MODES),
+        policies=listed(args.streams, headline.POLICIES),
+        memories=listed(args.memory, headline.MEMORY_PLANS),
+        allocs=listed(args.alloc, headline.ALLOC_MODES),
     )
     text = json.dumps(report.to_json(), indent=1) if args.json else report.markdown()
     if args.figure:
+        # matplotlib: loaded only when a picture is asked for
         from rtgraph.reports.style import save_figure
 
         save_figure(report.figure(), args.figure)
     if args.output:
-        write_output(args.output, text + "\n")
+        write_atomic(args.output, text + "\n")
         print(f"wrote {args.output}")
     else:
         print(text)
@@ -396,8 +347,6 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 
 def cmd_plan_memory(args: argparse.Namespace) -> int:
-    from rtgraph.compiler.memplan import greedy_by_size, plan, read_records_csv
-
     records = read_records_csv(args.records)
     placement = plan(records, alignment=args.alignment, method=args.method)
     if args.json:
@@ -423,13 +372,16 @@ def cmd_plan_memory(args: argparse.Namespace) -> int:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    from rtgraph.device import describe, list_devices
-
     print(
         describe(list_devices())
         if args.verbose is False
         else "\n\n".join(describe([d]) for d in list_devices())
     )
+    return 0
+
+
+def cmd_ops(args: argparse.Namespace) -> int:
+    print(op_table(), end="")
     return 0
 
 
@@ -440,6 +392,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "run": cmd_run,
     "plan-memory": cmd_plan_memory,
     "devices": cmd_devices,
+    "ops": cmd_ops,
     "advise": cmd_advise,
     "profile": cmd_profile,
     "viz": cmd_viz,
@@ -449,8 +402,6 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="rtgraph", description=__doc__.splitlines()[0])
-    from rtgraph import __version__
-
     parser.add_argument("--version", action="version", version=f"rtgraph {__version__}")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
@@ -535,6 +486,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("devices", help="list the shipped device specs")
     p.add_argument("-v", "--verbose", action="store_true")
+
+    sub.add_parser("ops", help="the table of every op: unit, arguments, attributes, cost")
     return parser
 
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from strategies import programs
 
 import rtgraph
-from rtgraph.compiler import compile_program
+from rtgraph.compiler import CompileOptions, compile_program
 from rtgraph.compiler.bounds import makespan_lower_bound, preemptive_one_machine
 from rtgraph.device import load_device
 from rtgraph.emulator import run
@@ -29,7 +29,7 @@ NPU = load_device("ascend-910b")
 @settings(max_examples=40, deadline=None)
 def test_no_schedule_beats_the_bound(program, policy, memory, device):
     bound = makespan_lower_bound(program, device)
-    compiled = compile_program(program, device, streams=policy, memory=memory)
+    compiled = compile_program(program, device, CompileOptions(streams=policy, memory=memory))
     makespan = run(compiled, device, numerics=False).makespan_us
     assert bound.classic <= bound.value <= makespan * (1 + 1e-9)
 
@@ -56,7 +56,9 @@ def test_a_serial_chain_is_bound_by_its_length_and_one_stream_meets_it():
         }"""
     )
     bound = makespan_lower_bound(program, NPU)
-    single = run(compile_program(program, NPU, streams="single"), NPU, numerics=False)
+    single = run(
+        compile_program(program, NPU, CompileOptions(streams="single")), NPU, numerics=False
+    )
     # Only the first ioctl differs: it carries all three tasks, the bound assumes one.
     assert single.makespan_us == pytest.approx(bound.value + 2 * NPU.host.submit_us)
 
@@ -76,7 +78,7 @@ def test_tasks_wider_than_half_a_unit_are_bound_as_serial():
     assert bound.units["vector"] == pytest.approx(first + 2 * each)
     assert bound.classic < 2 * each  # the textbook bound lets them overlap
     for policy in ("single", "by-unit:2", "list"):
-        compiled = compile_program(program, NPU, streams=policy)
+        compiled = compile_program(program, NPU, CompileOptions(streams=policy))
         assert run(compiled, NPU, numerics=False).makespan_us >= bound.value
 
 
@@ -94,7 +96,9 @@ def _copies_program(rows: list[int]) -> rtgraph.Program:
 def test_no_schedule_beats_the_bound_when_copies_share_the_link(rows, policy):
     program = _copies_program(rows)
     bound = makespan_lower_bound(program, NPU)
-    makespan = run(compile_program(program, NPU, streams=policy), NPU, numerics=False).makespan_us
+    makespan = run(
+        compile_program(program, NPU, CompileOptions(streams=policy)), NPU, numerics=False
+    ).makespan_us
     assert bound.value <= makespan * (1 + 1e-9)
 
 

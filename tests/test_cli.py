@@ -12,6 +12,7 @@ import pytest
 from conftest import MODELS
 
 from rtgraph.cli import main
+from rtgraph.ops import all_ops, op_table
 from rtgraph.stream_program import StreamProgram
 
 ATTENTION = str(MODELS / "attention.rtg")
@@ -122,6 +123,14 @@ def test_devices_lists_the_shipped_specs(capsys):
     out = capsys.readouterr().out
     for name in ("ascend-910b", "ascend-310p", "toy"):
         assert name in out
+
+
+def test_ops_prints_the_registry_table(capsys):
+    assert main(["ops"]) == 0
+    out = capsys.readouterr().out
+    assert out == op_table()
+    for name in all_ops():
+        assert f"`{name}`" in out
 
 
 def test_python_dash_m_entry_point():

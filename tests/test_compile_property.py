@@ -21,7 +21,7 @@ from hypothesis import strategies as st
 from strategies import programs
 
 import rtgraph
-from rtgraph.compiler import compile_program
+from rtgraph.compiler import CompileOptions, compile_program
 from rtgraph.device import load_device
 from rtgraph.stream_program import Barrier, StreamProgram, Wait
 from rtgraph.stream_program.listing import format_listing
@@ -39,10 +39,13 @@ def compiled_variants(program, device):
             yield (
                 policy,
                 memory,
-                compile_program(program, device, streams=policy, memory=memory, check=True),
+                compile_program(
+                    program, device, CompileOptions(streams=policy, memory=memory, check=True)
+                ),
             )
 
 
+@pytest.mark.slow
 @given(programs())
 @settings(max_examples=25)
 def test_compiled_programs_are_race_free(program):
@@ -52,16 +55,19 @@ def test_compiled_programs_are_race_free(program):
             assert report.ok, (policy, memory, report)
 
 
+@pytest.mark.slow
 @given(programs())
 @settings(max_examples=25)
 def test_stream_ordered_reuse_adds_no_dependency(program):
     for policy in POLICIES:
-        ordered = compile_program(program, TOY, streams=policy, memory="stream-ordered")
-        alone = compile_program(program, TOY, streams=policy, memory="none")
+        ordered = compile_program(
+            program, TOY, CompileOptions(streams=policy, memory="stream-ordered")
+        )
+        alone = compile_program(program, TOY, CompileOptions(streams=policy, memory="none"))
         assert ordered.meta["barriers"]["waits"] == alone.meta["barriers"]["waits"], policy
         assert ordered.memory.total_bytes <= alone.memory.total_bytes
-    one = compile_program(program, TOY, streams="single", memory="stream-ordered")
-    greedy = compile_program(program, TOY, streams="single", memory="greedy")
+    one = compile_program(program, TOY, CompileOptions(streams="single", memory="stream-ordered"))
+    greedy = compile_program(program, TOY, CompileOptions(streams="single", memory="greedy"))
     assert one.memory.regions == greedy.memory.regions
 
 
@@ -70,11 +76,12 @@ def _without(sp: StreamProgram, index: int) -> StreamProgram:
     return replace(sp, commands=commands)
 
 
+@pytest.mark.slow
 @given(programs(), st.sampled_from(POLICIES), st.sampled_from(MEMORY))
 @settings(max_examples=25)
 def test_every_inserted_wait_is_needed(program, policy, memory):
     for device, reorder in ((TOY, False), (REORDER, True)):
-        sp = compile_program(program, device, streams=policy, memory=memory)
+        sp = compile_program(program, device, CompileOptions(streams=policy, memory=memory))
         for i, c in enumerate(sp.commands):
             if isinstance(c, Wait | Barrier):
                 mutated = check_races(_without(sp, i), reorder=reorder)
@@ -86,7 +93,7 @@ def test_every_inserted_wait_is_needed(program, policy, memory):
 @given(programs())
 @settings(max_examples=10)
 def test_json_round_trip(program):
-    sp = compile_program(program, TOY, streams="list", memory="greedy")
+    sp = compile_program(program, TOY, CompileOptions(streams="list", memory="greedy"))
     again = StreamProgram.from_json(sp.to_json())
     assert again == sp
     assert again.to_json() == sp.to_json()
@@ -95,14 +102,14 @@ def test_json_round_trip(program):
 def test_single_stream_needs_no_events():
 
     program = _chain_program()
-    sp = compile_program(program, TOY, streams="single")
+    sp = compile_program(program, TOY, CompileOptions(streams="single"))
     assert sp.num_events == 0
     assert sp.meta["barriers"]["waits"] == 0
 
 
 def test_by_unit_orders_cube_to_vector_handoffs_with_events():
     program = _chain_program()
-    sp = compile_program(program, TOY, streams="by-unit")
+    sp = compile_program(program, TOY, CompileOptions(streams="by-unit"))
     # h2d(dma) -> matmul(cube) -> relu(vector) -> matmul(cube) -> d2h(dma): 4 stream changes.
     assert sp.meta["barriers"]["waits"] == 4
     assert check_races(sp).ok
@@ -132,9 +139,9 @@ def test_memory_reuse_false_dependencies_are_ordered(policy):
     """With greedy planning, later tensors reuse dead tensors' bytes: the WAR/WAW hazards this
     creates must be ordered like true dependencies."""
     program = _chain_program()
-    sp = compile_program(program, TOY, streams=policy, memory="greedy")
+    sp = compile_program(program, TOY, CompileOptions(streams=policy, memory="greedy"))
     assert check_races(sp).ok
-    none = compile_program(program, TOY, streams=policy, memory="none")
+    none = compile_program(program, TOY, CompileOptions(streams=policy, memory="none"))
     assert sp.memory.total_bytes <= none.memory.total_bytes
 
 
@@ -148,7 +155,7 @@ def test_emulated_results_equal_the_reference_bit_for_bit(program, policy, memor
 
     reference = rtgraph.evaluate(program, seed=3)
     for device in (TOY, REORDER):
-        sp = compile_program(program, device, streams=policy, memory=memory)
+        sp = compile_program(program, device, CompileOptions(streams=policy, memory=memory))
         result = run(sp, device, seed=3)
         assert not result.races, result.races
         for name, want in reference.items():
@@ -157,6 +164,7 @@ def test_emulated_results_equal_the_reference_bit_for_bit(program, policy, memor
             assert np.array_equal(got, want, equal_nan=True), name
 
 
+@pytest.mark.slow
 def test_streams_that_never_meet_reuse_memory_in_pools_of_their_own():
     # Eight independent chains on eight streams: no stream ever waits for another, so no
     # tensor's bytes could pass to another stream without a new dependency — but each
@@ -171,14 +179,17 @@ def test_streams_that_never_meet_reuse_memory_in_pools_of_their_own():
 
     program = rtgraph.parse(program_text(1000), "chains.rtg")
     device = rtgraph.device("ascend-910b")
-    ordered = compile_program(program, device, streams="list", memory="stream-ordered")
-    alone = compile_program(program, device, streams="list", memory="none")
+    ordered = compile_program(
+        program, device, CompileOptions(streams="list", memory="stream-ordered")
+    )
+    alone = compile_program(program, device, CompileOptions(streams="list", memory="none"))
     assert len(ordered.streams) == 8
     assert ordered.meta["barriers"]["waits"] == alone.meta["barriers"]["waits"]
     assert ordered.meta["memory"]["pool_bytes"] * 20 < alone.meta["memory"]["pool_bytes"]
     assert check_races(ordered).ok
 
 
+@pytest.mark.slow
 def test_timed_reuse_saves_what_stream_ordered_cannot_under_list():
     # Under list the Cube stream runs ahead of the Vector's, so happens-before frees little;
     # the replayed timeline frees a tensor once its last reader is done. At the model's shapes
@@ -188,7 +199,9 @@ def test_timed_reuse_saves_what_stream_ordered_cannot_under_list():
     device = load_device("ascend-910b")
     runs = {}
     for memory in ("stream-ordered", "timed"):
-        sp = compile_program(program, device, streams="list", memory=memory, check=True)
+        sp = compile_program(
+            program, device, CompileOptions(streams="list", memory=memory, check=True)
+        )
         runs[memory] = (sp, rtgraph.run(sp, device=device, numerics=False))
     (ordered, ordered_run), (timed, timed_run) = runs["stream-ordered"], runs["timed"]
     assert timed.memory.total_bytes < 0.8 * ordered.memory.total_bytes

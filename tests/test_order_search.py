@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from strategies import programs
 
 import rtgraph
-from rtgraph.compiler import compile_program
+from rtgraph.compiler import CompileOptions, compile_program
 from rtgraph.compiler.passes.assign_streams import assign_streams
 from rtgraph.compiler.passes.find_hazards import find_hazards
 from rtgraph.compiler.passes.lower import lower
@@ -26,8 +26,9 @@ FREE_HOST = replace(NPU, host=replace(NPU.host, ioctl_us=0.0, submit_us=0.0))
 
 
 def assigned(program, device, policy):
-    graph = find_hazards(plan_memory(lower(program, device=device), policy="none"))
-    return assign_streams(graph, policy=policy)
+    options = CompileOptions(streams=policy, memory="none").for_device(device)
+    graph = find_hazards(plan_memory(lower(program, options), options), options)
+    return assign_streams(graph, options)
 
 
 @given(programs(), st.sampled_from(["single", "by-unit", "by-unit:2"]))
@@ -35,7 +36,7 @@ def assigned(program, device, policy):
 def test_replay_equals_the_emulator_when_the_host_is_free(program, policy):
     graph = assigned(program, FREE_HOST, policy)
     replayed = Replay(graph, dict(graph.stream_of)).makespan(graph.order)
-    compiled = compile_program(program, FREE_HOST, streams=policy, memory="none")
+    compiled = compile_program(program, FREE_HOST, CompileOptions(streams=policy, memory="none"))
     emulated = run(compiled, FREE_HOST, numerics=False).makespan_us
     # Byte counts of a task that reads one tensor twice may differ by a few bytes: ≤ 1 ns.
     assert replayed == pytest.approx(emulated, rel=1e-6, abs=1e-3)

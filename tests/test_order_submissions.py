@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from strategies import programs
 
 import rtgraph
-from rtgraph.compiler import compile_program
+from rtgraph.compiler import CompileOptions, compile_program
 from rtgraph.compiler.passes.order_submissions import order_submissions
 from rtgraph.device import load_device
 from rtgraph.emulator import run
@@ -74,8 +74,8 @@ def assert_same_program(before, after):
 @given(programs(), st.sampled_from(["by-unit", "by-unit:2", "list"]), st.sampled_from([2, 8]))
 @settings(max_examples=30)
 def test_reordering_keeps_stream_event_and_host_order_and_the_results(program, policy, batch):
-    plain = compile_program(program, UNBATCHED, streams=policy)
-    ordered = order_submissions(plain, batch_size=batch)
+    plain = compile_program(program, UNBATCHED, CompileOptions(streams=policy))
+    ordered = order_submissions(plain, CompileOptions(batch_size=batch).for_device(TOY))
     assert_same_program(plain, ordered)
     assert check_races(ordered).ok
     reference = rtgraph.evaluate(program, seed=1)
@@ -91,9 +91,11 @@ def test_explicit_streams_syncs_and_runtime_allocation_keep_their_places(model):
     program = rtgraph.load(MODELS / f"{model}.rtg", **({"L": 1} if model == "llm_decode" else {}))
     for alloc in ("static", "pool"):
         plain = compile_program(
-            program, replace(device, host=replace(device.host, batch_size=1)), alloc=alloc
+            program,
+            replace(device, host=replace(device.host, batch_size=1)),
+            CompileOptions(alloc=alloc),
         )
-        ordered = order_submissions(plain, batch_size=device.host.batch_size)
+        ordered = order_submissions(plain, CompileOptions().for_device(device))
         assert_same_program(plain, ordered)
         assert check_races(ordered).ok
 
@@ -104,8 +106,8 @@ def test_runs_of_one_stream_cut_the_ioctls_of_a_list_schedule():
     device = rtgraph.device()
     program = rtgraph.load(MODELS / "transformer_block.rtg", S=256)
     unbatched = replace(device, host=replace(device.host, batch_size=1))
-    plain = compile_program(program, unbatched, streams="list")
-    ordered = order_submissions(plain, batch_size=device.host.batch_size)
+    plain = compile_program(program, unbatched, CompileOptions(streams="list"))
+    ordered = order_submissions(plain, CompileOptions().for_device(device))
     interleaved = run(plain, device, numerics=False)
     batched = run(ordered, device, numerics=False)
     assert batched.host.ioctls < interleaved.host.ioctls
@@ -115,7 +117,7 @@ def test_runs_of_one_stream_cut_the_ioctls_of_a_list_schedule():
 
 def test_one_stream_or_batch_one_is_left_alone():
     program = rtgraph.load(MODELS / "mlp.rtg")
-    single = compile_program(program, TOY, streams="single")
-    assert order_submissions(single, batch_size=8) is single
-    by_unit = compile_program(program, UNBATCHED, streams="by-unit")
-    assert order_submissions(by_unit, batch_size=1) is by_unit
+    single = compile_program(program, TOY, CompileOptions(streams="single"))
+    assert order_submissions(single, CompileOptions(batch_size=8).for_device(TOY)) is single
+    by_unit = compile_program(program, UNBATCHED, CompileOptions(streams="by-unit"))
+    assert order_submissions(by_unit, CompileOptions(batch_size=1).for_device(TOY)) is by_unit

@@ -10,7 +10,7 @@ from conftest import MODELS
 
 import rtgraph
 from rtgraph.cli import main
-from rtgraph.compiler import compile_program
+from rtgraph.compiler import CompileOptions, compile_program
 from rtgraph.device import load_device
 from rtgraph.emulator import run
 from rtgraph.stream_program import Barrier, Wait
@@ -76,7 +76,7 @@ def _same_stream_chain():
 
 def test_reorder_window_needs_barriers_and_a_missing_one_corrupts_results(reorder_device):
     program = _same_stream_chain()
-    sp = compile_program(program, reorder_device, streams="single")
+    sp = compile_program(program, reorder_device, CompileOptions(streams="single"))
     barriers = [i for i, c in enumerate(sp.commands) if isinstance(c, Barrier)]
     assert barriers, "same-stream hazards on a reordering device need barrier marks"
     assert check_races(sp, reorder=True).ok
@@ -96,7 +96,7 @@ def test_reorder_window_needs_barriers_and_a_missing_one_corrupts_results(reorde
 
 def test_in_order_device_needs_no_barriers():
     program = _same_stream_chain()
-    sp = compile_program(program, load_device("toy"), streams="single")
+    sp = compile_program(program, load_device("toy"), CompileOptions(streams="single"))
     assert not [c for c in sp.commands if isinstance(c, Barrier | Wait)]
 
 

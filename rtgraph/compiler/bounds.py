@@ -40,6 +40,13 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from rtgraph.compiler.options import CompileOptions
+from rtgraph.compiler.passes.assign_streams import assign_streams
+from rtgraph.compiler.passes.find_hazards import find_hazards
+from rtgraph.compiler.passes.insert_barriers import insert_barriers
+from rtgraph.compiler.passes.lower import lower
+from rtgraph.compiler.passes.plan_memory import plan_memory
+from rtgraph.compiler.scheduling import Job, lower_bound
 from rtgraph.device.spec import DeviceSpec
 from rtgraph.ir.graph import Program
 from rtgraph.timing.task_costs import TaskCosts, task_costs
@@ -95,17 +102,10 @@ def makespan_lower_bound(program: Program, device: DeviceSpec) -> Bound:
     :data:`ORDER_WORK` ÷ tasks): the bound is the least over those orders, since every schedule
     follows one of them.
     """
-    from rtgraph.compiler.passes.assign_streams import assign_streams
-    from rtgraph.compiler.passes.find_hazards import find_hazards
-    from rtgraph.compiler.passes.insert_barriers import insert_barriers
-    from rtgraph.compiler.passes.lower import lower
-    from rtgraph.compiler.passes.plan_memory import plan_memory
-    from rtgraph.compiler.scheduling import Job, lower_bound
-    from rtgraph.compiler.scheduling.policies import policy_from_name
-
     # No reuse: every tensor its own bytes, so the hazards found are the true ones.
-    graph = find_hazards(plan_memory(lower(program, device=device), policy="none"))
-    compiled = insert_barriers(assign_streams(graph, policy=policy_from_name("single")))
+    options = CompileOptions(streams="single", memory="none").for_device(device)
+    graph = find_hazards(plan_memory(lower(program, options), options), options)
+    compiled = insert_barriers(assign_streams(graph, options), options)
     costs = task_costs(compiled, device)
     n = len(compiled.tasks)
     bandwidth = device.memory.bandwidth

@@ -1,139 +1,102 @@
 """The back end's pass pipeline: checked IR → task graph → … → stream program.
 
-The pass order lives in :data:`PASSES` and nowhere else. Each pass is a plain function from
-one form to the next (see :mod:`rtgraph.compiler.taskgraph`); :func:`compile_program` threads the
-options through them and, when ``check`` is on (the test suite turns it on), runs
-:func:`check_graph` after every pass, in the manner of a pass manager's verifier.
+Every pass is a plain function ``name(graph, options)`` from one form to the next (see
+:mod:`rtgraph.compiler.taskgraph`), one module each under :mod:`rtgraph.compiler.passes`. The
+pass lists below are the only place the order is written, and :func:`pipeline` the only place
+the options choose among them; :func:`compile_program` runs the chosen list in a plain loop
+and, when ``options.check`` is on (the test suite turns it on), runs :func:`check_graph` after
+every pass, in the manner of a pass manager's verifier.
 """
 
 from __future__ import annotations
 
 import gc
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
+from rtgraph.compiler.memplan import Placement, Record, check_placement
+from rtgraph.compiler.options import CompileOptions
 from rtgraph.compiler.passes.allocate_at_runtime import allocate_at_runtime
 from rtgraph.compiler.passes.assign_streams import assign_streams
 from rtgraph.compiler.passes.find_hazards import find_hazards
 from rtgraph.compiler.passes.insert_barriers import insert_barriers
 from rtgraph.compiler.passes.lower import lower
+from rtgraph.compiler.passes.memory_plans import AFTER_STREAMS
 from rtgraph.compiler.passes.order_submissions import order_submissions
-from rtgraph.compiler.passes.plan_memory import plan_memory
-from rtgraph.compiler.scheduling.policies import StreamPolicy
+from rtgraph.compiler.passes.plan_memory import plan_memory, plan_provisional_memory
 from rtgraph.compiler.taskgraph import TaskGraph
 from rtgraph.device.spec import DeviceSpec
 from rtgraph.ir.graph import Program
 from rtgraph.stream_program.program import StreamProgram
 
-PASSES: tuple[tuple[str, Callable[..., Any]], ...] = (
-    ("lower", lower),
-    ("plan_memory", plan_memory),
-    ("find_hazards", find_hazards),
-    ("assign_streams", assign_streams),
-    ("insert_barriers", insert_barriers),
-    ("order_submissions", order_submissions),
+#: A pass: ``(graph, options) -> the next form``.
+Pass = Callable[[Any, CompileOptions], Any]
+
+#: Plans by program-order liveness (``none``, ``greedy``): plan, find hazards on the planned
+#: bytes, assign streams, order them with events, batch the submissions.
+PASSES: tuple[Pass, ...] = (
+    lower,
+    plan_memory,
+    find_hazards,
+    assign_streams,
+    insert_barriers,
+    order_submissions,
 )
-#: With run-time allocation (``--alloc``) addresses depend on the submission order, so the
-#: allocator runs after stream assignment and hazards are found again on its addresses.
-RUNTIME_ALLOC_PASSES: tuple[tuple[str, Callable[..., Any]], ...] = (
-    ("lower", lower),
-    ("plan_memory", plan_memory),
-    ("find_hazards", find_hazards),
-    ("assign_streams", assign_streams),
-    ("allocate_at_runtime", allocate_at_runtime),
-    ("find_hazards", find_hazards),
-    ("insert_barriers", insert_barriers),
-    ("order_submissions", order_submissions),
+#: Plans that measure liveness on the streams (``stream-ordered``, ``timed``) follow stream
+#: assignment; the policy sees the true dependencies only (every tensor its own region), and
+#: hazards are found again on the final addresses.
+STREAM_ORDERED_PASSES: tuple[Pass, ...] = (
+    lower,
+    plan_provisional_memory,
+    find_hazards,
+    assign_streams,
+    plan_memory,
+    find_hazards,
+    insert_barriers,
+    order_submissions,
 )
-#: ``--memory stream-ordered`` plans from happens-before in the stream program, so the plan
-#: follows stream assignment; the policy sees the true dependencies only (every tensor its own
-#: region), and hazards are found again on the final addresses.
-STREAM_ORDERED_PASSES: tuple[tuple[str, Callable[..., Any]], ...] = (
-    ("lower", lower),
-    ("plan_memory", plan_memory),
-    ("find_hazards", find_hazards),
-    ("assign_streams", assign_streams),
-    ("replan_memory", plan_memory),
-    ("find_hazards", find_hazards),
-    ("insert_barriers", insert_barriers),
-    ("order_submissions", order_submissions),
+#: With run-time allocation (``alloc`` other than ``static``) addresses depend on the
+#: submission order, so the allocator runs after stream assignment and hazards are found again
+#: on its addresses.
+RUNTIME_ALLOC_PASSES: tuple[Pass, ...] = (
+    lower,
+    plan_provisional_memory,
+    find_hazards,
+    assign_streams,
+    allocate_at_runtime,
+    find_hazards,
+    insert_barriers,
+    order_submissions,
 )
-ALLOC_MODES = ("static", "direct", "pool", "pytorch", "buddy", "mixed")
 
 
-@dataclass(frozen=True)
-class Options:
-    streams: str | StreamPolicy = "auto"
-    memory: str = "stream-ordered"
-    check: bool = False
-
-
-def default_policy(program: Program) -> str:
-    """Explicit-stream programs keep their streams; others get one stream per unit."""
-    return "explicit" if program.streams else "by-unit"
+def pipeline(options: CompileOptions) -> tuple[Pass, ...]:
+    """The passes ``options`` call for, in order."""
+    if options.alloc != "static":
+        return RUNTIME_ALLOC_PASSES
+    if options.memory in AFTER_STREAMS:
+        return STREAM_ORDERED_PASSES
+    return PASSES
 
 
 def compile_program(
-    program: Program,
-    device: DeviceSpec,
-    *,
-    streams: str | StreamPolicy = "auto",
-    memory: str = "stream-ordered",
-    alloc: str = "static",
-    check: bool = False,
+    program: Program, device: DeviceSpec, options: CompileOptions | None = None
 ) -> StreamProgram:
-    """Compile a checked program for ``device`` into a stream program.
-
-    ``memory`` is the static plan (``none``/``greedy``/``stream-ordered``/``timed``); ``alloc``
-    other than ``static`` replaces it by run-time allocation from that allocator (see
-    :mod:`rtgraph.compiler.passes.allocate_at_runtime`).
-    """
-    if alloc not in ALLOC_MODES:
-        from rtgraph.errors import UsageError
-
-        raise UsageError(
-            f"unknown allocation mode '{alloc}'", hint=f"choose one of: {', '.join(ALLOC_MODES)}"
-        )
-    policy = default_policy(program) if streams == "auto" else streams
-    if alloc != "static":
-        passes = RUNTIME_ALLOC_PASSES
-    elif memory in ("stream-ordered", "timed"):
-        passes = STREAM_ORDERED_PASSES
-    else:
-        passes = PASSES
+    """Compile a checked program for ``device`` into a stream program (see
+    :class:`~rtgraph.compiler.options.CompileOptions` for what ``options`` choose)."""
+    bound = (options or CompileOptions()).for_device(device)
     enabled = gc.isenabled()
     gc.disable()  # the passes build many small acyclic objects; collections only cost time
     try:
-        return _run_passes(program, device, passes, policy, memory, alloc, check)
+        graph: Any = program
+        for pass_ in pipeline(bound):
+            graph = pass_(graph, bound)
+            if bound.check and isinstance(graph, TaskGraph):
+                check_graph(graph, after=pass_.__name__)
+        return graph
     finally:
         if enabled:
             gc.enable()
-
-
-def _run_passes(program, device, passes, policy, memory, alloc, check) -> StreamProgram:
-    graph: Any = program
-    for name, run in passes:
-        if name == "lower":
-            graph = run(graph, device=device)
-        elif name == "plan_memory":
-            provisional = alloc != "static" or memory in ("stream-ordered", "timed")
-            graph = run(graph, policy="none" if provisional else memory)
-        elif name == "replan_memory":
-            graph = run(graph, policy=memory)
-        elif name == "assign_streams":
-            graph = run(graph, policy=policy)
-        elif name == "order_submissions":
-            graph = run(
-                graph, batch_size=device.host.batch_size, max_events=device.scheduler.max_events
-            )
-        elif name == "allocate_at_runtime":
-            graph = run(graph, kind=alloc)
-        else:
-            graph = run(graph)
-        if check and isinstance(graph, TaskGraph):
-            check_graph(graph, after=name)
-    return graph
 
 
 class GraphCheckError(AssertionError):
@@ -167,16 +130,12 @@ def check_graph(graph: TaskGraph, *, after: str) -> None:
         if t.block_dim < 1 or t.block_dim > graph.device.unit(t.unit).cores:
             fail(f"task {t.id} block_dim {t.block_dim} outside 1..cores")
     if graph.memory is not None:
-        from rtgraph.compiler.memplan import Record, check_placement
-
         regions = graph.memory.regions
         missing = set(graph.storages) - set(regions)
         if missing:
             fail(f"storages without a region: {sorted(missing)[:3]}")
         pooled = [r for r in regions.values() if r.kind in ("input", "value")]
         records = [Record(r.tensor, r.first, r.last + 1, r.size) for r in pooled]
-        from rtgraph.compiler.memplan import Placement
-
         offsets = {r.tensor: r.offset for r in pooled}
         placement = Placement(offsets, max((r.offset + r.size for r in pooled), default=0), 0, "")
         problems = check_placement(records, placement)

@@ -19,6 +19,7 @@ import numpy as np
 from matplotlib.axes import Axes
 from matplotlib.collections import PolyCollection
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 from matplotlib.ticker import FixedLocator, FuncFormatter, MultipleLocator
 
@@ -282,7 +283,6 @@ def plot_blocks(
 
 
 def _dashed(label: str):
-    from matplotlib.lines import Line2D
 
     return Line2D([], [], color="black", linestyle="--", linewidth=0.8, label=label)
 

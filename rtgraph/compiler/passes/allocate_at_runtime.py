@@ -21,22 +21,28 @@ from __future__ import annotations
 from dataclasses import replace
 
 from rtgraph.alloc import from_memory_spec
+from rtgraph.compiler.options import CompileOptions
+from rtgraph.compiler.passes.alloc_modes import alloc_problem
 from rtgraph.compiler.passes.plan_memory import align_up
-from rtgraph.compiler.taskgraph import TaskGraph
+from rtgraph.compiler.taskgraph import Storage, TaskGraph
+from rtgraph.device.spec import MemorySpec
 from rtgraph.errors import UsageError
 from rtgraph.stream_program.program import Alloc, Free, MemoryPlan, Region
 
-KINDS = ("direct", "pool", "pytorch", "buddy", "mixed")
 RESIDENT = ("param", "const", "buffer")
 
 
-def allocate_at_runtime(graph: TaskGraph, *, kind: str = "mixed") -> TaskGraph:
+def allocate_at_runtime(graph: TaskGraph, options: CompileOptions) -> TaskGraph:
+    """``graph`` with ``memory`` from replaying ``options.alloc``'s allocator over the
+    submission order (any mode but ``static``)."""
+    return allocate_with(graph, options.alloc)
+
+
+def allocate_with(graph: TaskGraph, kind: str) -> TaskGraph:
     """``graph`` with ``memory`` from replaying ``kind``'s allocator over the submission order."""
-    if kind not in KINDS:
-        raise UsageError(
-            f"unknown allocation mode '{kind}'",
-            hint=f"choose one of: static, {', '.join(KINDS)}",
-        )
+    if kind == "static" or alloc_problem(kind) is not None:
+        problem = alloc_problem(kind) or ("the static plan is not a run-time allocator", None)
+        raise UsageError(f"allocation mode '{kind}': {problem[0]}", hint=problem[1])
     assert graph.order is not None and graph.stream_of is not None
     mem = graph.device.memory
     storages = graph.storages
@@ -44,7 +50,6 @@ def allocate_at_runtime(graph: TaskGraph, *, kind: str = "mixed") -> TaskGraph:
         (s.address + s.nbytes for s in storages.values() if s.address is not None), default=0
     )
     base = align_up(fixed_end, mem.alignment)
-    space = mem.capacity - base
 
     # Where each storage is first and last touched, in submission order.
     first: dict[str, int] = {}
@@ -61,40 +66,8 @@ def allocate_at_runtime(graph: TaskGraph, *, kind: str = "mixed") -> TaskGraph:
     addresses: dict[str, int] = {}
     latency = {"alloc": 0.0, "free": 0.0}
 
-    if kind == "mixed":
-        direct = from_memory_spec("direct", mem, base_address=base)
-        direct_space = _Space(direct, "direct")
-        for s in resident:
-            start.append(direct_space.malloc(s.name, s.nbytes, 0, addresses, latency))
-        pool_base = align_up(direct_space.high_water, mem.alignment)
-        pool = from_memory_spec(
-            "pool", replace(mem, capacity=mem.capacity - pool_base), base_address=pool_base
-        )
-        space_for_values = _Space(pool, "pool")
-    else:
-        one = _Space(from_memory_spec(kind, replace(mem, capacity=space), base_address=base), kind)
-        for s in resident:
-            start.append(one.malloc(s.name, s.nbytes, 0, addresses, latency))
-        space_for_values = one
-
-    before: dict[int, list[Alloc]] = {}
-    after: dict[int, list[Free]] = {}
-    frees_at: dict[int, list[str]] = {}
-    for s in pooled:
-        if s.name in last:
-            frees_at.setdefault(last[s.name], []).append(s.name)
-    born: dict[int, list[str]] = {}
-    for s in pooled:
-        if s.name in first:
-            born.setdefault(first[s.name], []).append(s.name)
-    for t in graph.order:
-        q = graph.stream_of[t]
-        for name in born.get(t, ()):
-            before.setdefault(t, []).append(
-                space_for_values.malloc(name, storages[name].nbytes, q, addresses, latency)
-            )
-        for name in frees_at.get(t, ()):
-            after.setdefault(t, []).append(space_for_values.free(name, q, latency))
+    space_for_values = _resident_space(kind, mem, base, resident, start, addresses, latency)
+    before, after = _replay_values(graph, pooled, first, last, space_for_values, addresses, latency)
 
     regions: dict[str, Region] = {}
     for s in storages.values():
@@ -130,6 +103,69 @@ def allocate_at_runtime(graph: TaskGraph, *, kind: str = "mixed") -> TaskGraph:
         alloc_ops={"start": start, "before": before, "after": after},
         notes=notes,
     )
+
+
+def _resident_space(
+    kind: str,
+    mem: MemorySpec,
+    base: int,
+    resident: list[Storage],
+    start: list[Alloc],
+    addresses: dict[str, int],
+    latency: dict[str, float],
+) -> _Space:
+    """Allocate the resident storages at load time (into ``start``) and return the space the
+    activations come from: the same allocator, or under ``mixed`` a pool above the direct
+    allocations."""
+    if kind != "mixed":
+        one = _Space(
+            from_memory_spec(kind, replace(mem, capacity=mem.capacity - base), base_address=base),
+            kind,
+        )
+        for s in resident:
+            start.append(one.malloc(s.name, s.nbytes, 0, addresses, latency))
+        return one
+    direct_space = _Space(from_memory_spec("direct", mem, base_address=base), "direct")
+    for s in resident:
+        start.append(direct_space.malloc(s.name, s.nbytes, 0, addresses, latency))
+    pool_base = align_up(direct_space.high_water, mem.alignment)
+    pool = from_memory_spec(
+        "pool", replace(mem, capacity=mem.capacity - pool_base), base_address=pool_base
+    )
+    return _Space(pool, "pool")
+
+
+def _replay_values(
+    graph: TaskGraph,
+    pooled: list[Storage],
+    first: dict[str, int],
+    last: dict[str, int],
+    space: _Space,
+    addresses: dict[str, int],
+    latency: dict[str, float],
+) -> tuple[dict[int, list[Alloc]], dict[int, list[Free]]]:
+    """Each activation allocated just before its first task and freed just after its last,
+    walking the submission order: the host commands before and after each task."""
+    assert graph.order is not None and graph.stream_of is not None
+    before: dict[int, list[Alloc]] = {}
+    after: dict[int, list[Free]] = {}
+    frees_at: dict[int, list[str]] = {}
+    for s in pooled:
+        if s.name in last:
+            frees_at.setdefault(last[s.name], []).append(s.name)
+    born: dict[int, list[str]] = {}
+    for s in pooled:
+        if s.name in first:
+            born.setdefault(first[s.name], []).append(s.name)
+    for t in graph.order:
+        q = graph.stream_of[t]
+        for name in born.get(t, ()):
+            before.setdefault(t, []).append(
+                space.malloc(name, graph.storages[name].nbytes, q, addresses, latency)
+            )
+        for name in frees_at.get(t, ()):
+            after.setdefault(t, []).append(space.free(name, q, latency))
+    return before, after
 
 
 class _Space:

@@ -9,15 +9,20 @@ permutation of the tasks keeping every edge of the hazard DAG.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
-from rtgraph.compiler.scheduling.policies import StreamPolicy, policy_from_name
+from rtgraph.compiler.scheduling.policies import policy_from_name
 from rtgraph.compiler.taskgraph import TaskGraph
 from rtgraph.errors import UsageError
 
+if TYPE_CHECKING:  # for annotations only: the options module imports the passes' vocabularies
+    from rtgraph.compiler.options import CompileOptions
 
-def assign_streams(graph: TaskGraph, *, policy: str | StreamPolicy = "by-unit") -> TaskGraph:
-    """``graph`` with ``streams``, ``stream_of`` and the submission ``order`` set."""
-    chosen = policy_from_name(policy) if isinstance(policy, str) else policy
+
+def assign_streams(graph: TaskGraph, options: CompileOptions) -> TaskGraph:
+    """``graph`` with ``streams``, ``stream_of`` and the submission ``order`` set by the
+    policy ``options.streams`` (``explicit`` is ``by-unit`` for a program without streams)."""
+    chosen = options.stream_policy()
     if chosen.name == "explicit" and not graph.program.streams:
         chosen = policy_from_name("by-unit")
     result = chosen.assign(graph)

@@ -15,9 +15,13 @@ computes what the program says.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from rtgraph.compiler.taskgraph import Hazard, TaskGraph
 from rtgraph.stream_program.hazards import AccessTracker
+
+if TYPE_CHECKING:  # for annotations only: the options module imports the passes' vocabularies
+    from rtgraph.compiler.options import CompileOptions
 
 
 def task_ranges(graph: TaskGraph, names: tuple[str, ...]) -> list[tuple[int, int]]:
@@ -26,8 +30,8 @@ def task_ranges(graph: TaskGraph, names: tuple[str, ...]) -> list[tuple[int, int
     return [(regions[n].offset, regions[n].offset + regions[n].size) for n in names]
 
 
-def find_hazards(graph: TaskGraph) -> TaskGraph:
-    """``graph`` with ``hazards`` set and hazard edges added to its DAG."""
+def find_hazards(graph: TaskGraph, options: CompileOptions) -> TaskGraph:
+    """``graph`` with ``hazards`` set and hazard edges added to its DAG (no option applies)."""
     tracker = AccessTracker()
     hazards: list[Hazard] = []
     walk = graph.order if graph.order is not None else graph.script

@@ -23,9 +23,10 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from rtgraph.compiler.passes.event_ids import colour_events
-from rtgraph.compiler.taskgraph import HostStep, TaskGraph
+from rtgraph.compiler.taskgraph import Hazard, HostStep, TaskGraph
 from rtgraph.errors import CapacityError
 from rtgraph.stream_program.program import (
     Barrier,
@@ -41,6 +42,9 @@ from rtgraph.stream_program.program import (
     Wait,
     validate,
 )
+
+if TYPE_CHECKING:  # for annotations only: the options module imports the passes' vocabularies
+    from rtgraph.compiler.options import CompileOptions
 
 
 @dataclass
@@ -73,114 +77,175 @@ class _Clocks:
         return self.count[q]
 
 
-def insert_barriers(graph: TaskGraph) -> StreamProgram:
-    """The stream program of ``graph``: launches, events and barriers in submission order."""
+def insert_barriers(graph: TaskGraph, options: CompileOptions) -> StreamProgram:
+    """The stream program of ``graph``: launches, events and barriers in submission order
+    (no option applies: the hazards and the streams decide)."""
     assert graph.order is not None and graph.stream_of is not None and graph.hazards is not None
-    reorder = graph.device.scheduler.reorder_window > 0
-    keep_sync = bool(graph.notes.get("keeps_program_sync"))
-    program = graph.program
-    user_events = {name: i for i, name in enumerate(program.events)} if keep_sync else {}
-    stream_ids = {s.name: s.id for s in graph.streams}
-    stream_of = graph.stream_of
-    clocks = _Clocks(len(graph.streams))
-    # Reorder devices: where fences sit on each stream (gap g = after its g-th launch), and
-    # the same-stream hazards (src seq, dst task) that need one between them.
-    gaps: dict[int, list[int]] = defaultdict(list)
-    same_stream: dict[int, list[tuple[int, int]]] = defaultdict(list)
-
-    preds: dict[int, list] = defaultdict(list)
-    for h in graph.hazards:
-        preds[h.dst].append(h)
-
-    # Host steps attach after the task before them in program order (or at the start).
-    attached: dict[int | None, list[HostStep]] = defaultdict(list)
-    last: int | None = None
-    for item in graph.script:
-        if isinstance(item, int):
-            last = item
-        elif item.kind == "callback" and item.task is not None:
-            attached[item.task].append(item)
-        elif keep_sync or item.kind in ("sync", "callback"):
-            attached[last].append(item)
-
-    seq: dict[int, int] = {}
-    task_clock: dict[int, tuple[int, ...]] = {}
-    event_clock: dict[int, tuple[int, ...]] = {}
-    records_after: dict[int, int] = {}  # task -> provisional compiler event
-    host: list[tuple[str, object]] = []  # ("launch", task) or ("cmd", Command)
-    stats = dict.fromkeys(
-        ("hazards", "implied", "waits", "records", "barriers", "left_to_program", "reuse_waits"),
-        0,
-    )
-
-    def record_after(src: int) -> int:
-        if src not in records_after:
-            records_after[src] = len(records_after)
-            stats["records"] += 1
-            gaps[stream_of[src]].append(seq[src])
-        return records_after[src]
-
-    def fenced(q: int) -> None:
-        gaps[q].append(clocks.count[q])
-
-    def host_step(step: HostStep) -> None:
-        q = stream_ids.get(step.stream) if step.stream is not None else None
-        if step.kind == "record" and q is not None:
-            ev = user_events[step.event]
-            event_clock[ev] = clocks.snapshot(q)
-            fenced(q)
-            host.append(("cmd", Record(q, ev, step.span)))
-        elif step.kind == "wait" and q is not None:
-            ev = user_events[step.event]
-            if ev in event_clock:
-                clocks.merge(q, event_clock[ev])
-            fenced(q)
-            host.append(("cmd", Wait(q, ev, step.span)))
-        elif step.kind == "barrier" and q is not None:
-            fenced(q)
-            host.append(("cmd", Barrier(q, step.span)))
-        elif step.kind == "callback":
-            q = stream_of.get(step.task, 0) if step.task is not None else 0
-            fenced(q)
-            host.append(("cmd", Callback(q, step.name or "callback", step.blocking, step.span)))
-        elif step.kind == "sync":
-            if keep_sync and step.sync_kind == "event" and step.target in user_events:
-                ev = user_events[step.target]
-                done = event_clock.get(ev, tuple([0] * clocks.streams))
-                host.append(("cmd", Sync("event", ev, step.span)))
-            elif keep_sync and step.sync_kind == "stream" and step.target in stream_ids:
-                s = stream_ids[step.target]
-                done = clocks.snapshot(s)
-                host.append(("cmd", Sync("stream", s, step.span)))
-                fenced(s)
-            else:
-                done = tuple(clocks.count)
-                host.append(("cmd", Sync("device", None, step.span)))
-                for q2 in range(clocks.streams):
-                    fenced(q2)
-            for q2 in range(clocks.streams):
-                clocks.merge(q2, done)
-
-    alloc_ops = graph.alloc_ops or {}
-    allocs_before = alloc_ops.get("before", {})
-    frees_after = alloc_ops.get("after", {})
-    host.extend(("cmd", a) for a in alloc_ops.get("start", ()))
-    for step in attached.get(None, []):
-        host_step(step)
+    walk = _Walk(graph)
+    for step in walk.attached.get(None, []):
+        walk.host_step(step)
     for t in graph.order:
-        q = stream_of[t]
+        walk.task(t)
+    return walk.stream_program()
+
+
+#: The counters the pass reports in ``meta["barriers"]``, in the order they are reported.
+STATS = ("hazards", "implied", "waits", "records", "barriers", "left_to_program", "reuse_waits")
+
+
+class _Walk:
+    """The pass's state while it walks the submission order once.
+
+    ``host`` collects the host's entries in submission order — ``("launch", task)``,
+    ``("wait", (stream, provisional event))`` or ``("cmd", Command)`` — which
+    :meth:`stream_program` turns into commands once the barrier marks are placed.
+    """
+
+    def __init__(self, graph: TaskGraph) -> None:
+        assert graph.stream_of is not None and graph.hazards is not None
+        self.graph = graph
+        self.reorder = graph.device.scheduler.reorder_window > 0
+        self.keep_sync = bool(graph.notes.get("keeps_program_sync"))
+        program = graph.program
+        self.user_events = (
+            {name: i for i, name in enumerate(program.events)} if self.keep_sync else {}
+        )
+        self.stream_ids = {s.name: s.id for s in graph.streams}
+        self.stream_of = graph.stream_of
+        self.clocks = _Clocks(len(graph.streams))
+        # Reorder devices: where fences sit on each stream (gap g = after its g-th launch),
+        # and the same-stream hazards (src seq, dst task) that need one between them.
+        self.gaps: dict[int, list[int]] = defaultdict(list)
+        self.same_stream: dict[int, list[tuple[int, int]]] = defaultdict(list)
+        self.preds: dict[int, list[Hazard]] = defaultdict(list)
+        for h in graph.hazards:
+            self.preds[h.dst].append(h)
+        self.attached = self._attach_host_steps()
+        self.seq: dict[int, int] = {}  # task → its position on its stream (1-based)
+        self.task_clock: dict[int, tuple[int, ...]] = {}
+        self.event_clock: dict[int, tuple[int, ...]] = {}
+        self.records_after: dict[int, int] = {}  # task -> provisional compiler event
+        self.host: list[tuple[str, Any]] = []
+        self.stats = dict.fromkeys(STATS, 0)
+        alloc_ops = graph.alloc_ops or {}
+        self.allocs_before = alloc_ops.get("before", {})
+        self.frees_after = alloc_ops.get("after", {})
+        self.host.extend(("cmd", a) for a in alloc_ops.get("start", ()))
+
+    def _attach_host_steps(self) -> dict[int | None, list[HostStep]]:
+        """Host steps by the task they follow in program order (None: before every task).
+
+        A callback follows the task it names; the program's own syncs, records, waits and
+        barriers are kept only when the policy keeps the program's synchronisation.
+        """
+        attached: dict[int | None, list[HostStep]] = defaultdict(list)
+        last: int | None = None
+        for item in self.graph.script:
+            if isinstance(item, int):
+                last = item
+            elif item.kind == "callback" and item.task is not None:
+                attached[item.task].append(item)
+            elif self.keep_sync or item.kind in ("sync", "callback"):
+                attached[last].append(item)
+        return attached
+
+    def record_after(self, src: int) -> int:
+        """The provisional event recorded right after task ``src`` (created on first use)."""
+        if src not in self.records_after:
+            self.records_after[src] = len(self.records_after)
+            self.stats["records"] += 1
+            self.gaps[self.stream_of[src]].append(self.seq[src])
+        return self.records_after[src]
+
+    def fenced(self, q: int) -> None:
+        """Note a fence on stream ``q`` after its launches so far."""
+        self.gaps[q].append(self.clocks.count[q])
+
+    def host_step(self, step: HostStep) -> None:
+        """Emit one of the program's host steps and update happens-before accordingly."""
+        q = self.stream_ids.get(step.stream) if step.stream is not None else None
+        if step.kind == "record" and q is not None:
+            ev = self.user_events[step.event]
+            self.event_clock[ev] = self.clocks.snapshot(q)
+            self.fenced(q)
+            self.host.append(("cmd", Record(q, ev, step.span)))
+        elif step.kind == "wait" and q is not None:
+            ev = self.user_events[step.event]
+            if ev in self.event_clock:
+                self.clocks.merge(q, self.event_clock[ev])
+            self.fenced(q)
+            self.host.append(("cmd", Wait(q, ev, step.span)))
+        elif step.kind == "barrier" and q is not None:
+            self.fenced(q)
+            self.host.append(("cmd", Barrier(q, step.span)))
+        elif step.kind == "callback":
+            q = self.stream_of.get(step.task, 0) if step.task is not None else 0
+            self.fenced(q)
+            self.host.append(
+                ("cmd", Callback(q, step.name or "callback", step.blocking, step.span))
+            )
+        elif step.kind == "sync":
+            self.sync(step)
+
+    def sync(self, step: HostStep) -> None:
+        """A host sync: every stream then knows what the synced event, stream or device did."""
+        clocks = self.clocks
+        if self.keep_sync and step.sync_kind == "event" and step.target in self.user_events:
+            ev = self.user_events[step.target]
+            done = self.event_clock.get(ev, tuple([0] * clocks.streams))
+            self.host.append(("cmd", Sync("event", ev, step.span)))
+        elif self.keep_sync and step.sync_kind == "stream" and step.target in self.stream_ids:
+            s = self.stream_ids[step.target]
+            done = clocks.snapshot(s)
+            self.host.append(("cmd", Sync("stream", s, step.span)))
+            self.fenced(s)
+        else:
+            done = tuple(clocks.count)
+            self.host.append(("cmd", Sync("device", None, step.span)))
+            for q2 in range(clocks.streams):
+                self.fenced(q2)
+        for q2 in range(clocks.streams):
+            clocks.merge(q2, done)
+
+    def task(self, t: int) -> None:
+        """Emit task ``t`` with the waits it needs, its allocations, frees and host steps."""
+        q = self.stream_of[t]
+        self.host.extend(("cmd", a) for a in self.allocs_before.get(t, ()))
+        needed, true_dep = self.uncovered_sources(t, q)
+        waits = self.minimal_waits(needed)
+        self.stats["implied"] += len(needed) - len(waits)
+        for src in sorted(waits, key=lambda s: (self.stream_of[s], self.seq[s])):
+            ev = self.record_after(src)
+            self.host.append(("wait", (q, ev)))
+            self.stats["waits"] += 1
+            # A wait that orders two tasks only because their bytes are reused:
+            self.stats["reuse_waits"] += src not in true_dep
+            self.clocks.merge(q, self.task_clock[src])
+            self.fenced(q)
+        self.seq[t] = self.clocks.launch(q)
+        self.task_clock[t] = self.clocks.snapshot(q)
+        self.host.append(("launch", t))
+        self.host.extend(("cmd", f) for f in self.frees_after.get(t, ()))
+        for step in self.attached.get(t, []):
+            self.host_step(step)
+
+    def uncovered_sources(self, t: int, q: int) -> tuple[dict[int, int], set[int]]:
+        """Per other stream, the latest source of a hazard into ``t`` that ``q`` does not
+        already know has finished; and the sources with a hazard on the same tensor (not only
+        on reused bytes). Same-stream hazards are implied, or on a reorder device noted for a
+        barrier mark."""
+        graph, stats, seq = self.graph, self.stats, self.seq
         task = graph.tasks[t]
-        host.extend(("cmd", a) for a in allocs_before.get(t, ()))
         needed: dict[int, int] = {}
-        true_dep: set[int] = set()  # sources with a hazard on the same tensor, not only reuse
-        for h in preds.get(t, ()):
+        true_dep: set[int] = set()
+        for h in self.preds.get(t, ()):
             stats["hazards"] += 1
             src = h.src
             if not h.reuse:
                 true_dep.add(src)
-            p = stream_of[src]
+            p = self.stream_of[src]
             if (
-                keep_sync
+                self.keep_sync
                 and not h.reuse
                 and task.stream is not None
                 and graph.tasks[src].stream is not None
@@ -190,71 +255,71 @@ def insert_barriers(graph: TaskGraph) -> StreamProgram:
                 stats["left_to_program"] += 1
                 continue
             if p == q:
-                if reorder:
-                    same_stream[q].append((seq[src], t))
+                if self.reorder:
+                    self.same_stream[q].append((seq[src], t))
                 else:
                     stats["implied"] += 1
                 continue
-            if clocks.clock[q][p] >= seq[src]:
+            if self.clocks.clock[q][p] >= seq[src]:
                 stats["implied"] += 1
                 continue
             if seq[src] > seq.get(needed.get(p, -1), 0):
                 needed[p] = src
-        waits = [
+        return needed, true_dep
+
+    def minimal_waits(self, needed: dict[int, int]) -> list[int]:
+        """The sources of ``needed`` whose record no other needed source's record covers: the
+        waits none of which can be dropped without leaving a hazard unordered."""
+        task_clock, seq = self.task_clock, self.seq
+        return [
             src
             for p, src in needed.items()
             if not any(task_clock[other][p] >= seq[src] for r, other in needed.items() if r != p)
         ]
-        stats["implied"] += len(needed) - len(waits)
-        for src in sorted(waits, key=lambda s: (stream_of[s], seq[s])):
-            ev = record_after(src)
-            host.append(("wait", (q, ev)))
-            stats["waits"] += 1
-            stats["reuse_waits"] += src not in true_dep  # ordered only because bytes are reused
-            clocks.merge(q, task_clock[src])
-            fenced(q)
-        seq[t] = clocks.launch(q)
-        task_clock[t] = clocks.snapshot(q)
-        host.append(("launch", t))
-        host.extend(("cmd", f) for f in frees_after.get(t, ()))
-        for step in attached.get(t, []):
-            host_step(step)
 
-    barrier_before = _place_barriers(same_stream, gaps, seq, stats)
-    if barrier_before:
-        host = [
-            entry
-            for kind, item in host
-            for entry in (
-                [("barrier", stream_of[item]), (kind, item)]
-                if kind == "launch" and item in barrier_before
-                else [(kind, item)]
-            )
-        ]
-    commands, num_events, peak = _assemble(host, records_after, stream_of, len(user_events))
-    limit = graph.device.scheduler.max_events
-    if peak > limit:
-        raise CapacityError(
-            f"the stream program needs {peak} events live at once; device "
-            f"'{graph.device.name}' has {limit}",
-            hint="use fewer streams (--streams by-unit) or a device with more event ids",
+    def stream_program(self) -> StreamProgram:
+        """The walk's entries as a validated stream program, barrier marks placed and event
+        ids coloured; a :class:`CapacityError` when more events are live than the device has."""
+        graph, stats = self.graph, self.stats
+        host = self.host
+        barrier_before = _place_barriers(self.same_stream, self.gaps, self.seq, stats)
+        if barrier_before:
+            host = [
+                entry
+                for kind, item in host
+                for entry in (
+                    [("barrier", self.stream_of[item]), (kind, item)]
+                    if kind == "launch" and item in barrier_before
+                    else [(kind, item)]
+                )
+            ]
+        commands, num_events, peak = _assemble(
+            host, self.records_after, self.stream_of, len(self.user_events)
         )
-    stats["events_peak"] = peak
-    notes = {**graph.notes, "barriers": stats, "user_events": len(user_events)}
-    sp = StreamProgram(
-        name=program.name,
-        device=graph.device.name,
-        streams=list(graph.streams),
-        tasks=_tasks(graph),
-        commands=commands,
-        memory=graph.memory,
-        host_tensors=_host_tensors(graph),
-        num_events=num_events,
-        source=program.source,
-        meta=notes,
-    )
-    validate(sp)
-    return sp
+        limit = graph.device.scheduler.max_events
+        if peak > limit:
+            raise CapacityError(
+                f"the stream program needs {peak} events live at once; device "
+                f"'{graph.device.name}' has {limit}",
+                hint="use fewer streams (--streams by-unit) or a device with more event ids",
+            )
+        stats["events_peak"] = peak
+        notes = {**graph.notes, "barriers": stats, "user_events": len(self.user_events)}
+        program = graph.program
+        sp = StreamProgram(
+            name=program.name,
+            device=graph.device.name,
+            streams=list(graph.streams),
+            tasks=_tasks(graph),
+            commands=commands,
+            memory=graph.memory,
+            host_tensors=_host_tensors(graph),
+            num_events=num_events,
+            source=program.source,
+            meta=notes,
+        )
+        validate(sp)
+        return sp
 
 
 def _assemble(

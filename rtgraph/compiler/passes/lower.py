@@ -11,6 +11,7 @@ compiler, the interpreter and the emulator agree on what is a view by constructi
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import networkx as nx
 import numpy as np
@@ -32,11 +33,16 @@ from rtgraph.ir.graph import (
 from rtgraph.ops import lookup
 from rtgraph.timing.costmodel import block_dim_for
 
+if TYPE_CHECKING:  # for annotations only: the options module imports the passes' vocabularies
+    from rtgraph.compiler.options import CompileOptions
+
 LAYOUT_OPS = ("reshape", "transpose", "broadcast_to")
 
 
-def lower(program: Program, *, device: DeviceSpec) -> TaskGraph:
-    """The task graph of ``program`` (tasks in program order, no memory or streams yet)."""
+def lower(program: Program, options: CompileOptions) -> TaskGraph:
+    """The task graph of ``program`` on the options' device (tasks in program order, no memory
+    or streams yet)."""
+    device = options.target
     b = _Builder(program, device)
     for t in program.tensors.values():
         b.declare(t)

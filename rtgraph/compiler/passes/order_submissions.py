@@ -30,6 +30,7 @@ from __future__ import annotations
 import heapq
 from collections import defaultdict
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from rtgraph.compiler.passes.event_ids import colour_events
 from rtgraph.stream_program.program import (
@@ -44,15 +45,26 @@ from rtgraph.stream_program.program import (
     validate,
 )
 
+if TYPE_CHECKING:  # for annotations only: the options module imports the passes' vocabularies
+    from rtgraph.compiler.options import CompileOptions
+
 #: How far (in commands of the barrier pass's order) a run may reach past its first command,
 #: in batches.
 LOOKAHEAD_BATCHES = 2
 
 
-def order_submissions(
-    program: StreamProgram, *, batch_size: int, max_events: int | None = None
+def order_submissions(program: StreamProgram, options: CompileOptions) -> StreamProgram:
+    """``program`` with its commands in batch-friendly submission order (same semantics), for
+    the batch size and event ids of the options' device."""
+    device = options.target
+    return reorder_for_batches(program, device.host.batch_size, device.scheduler.max_events)
+
+
+def reorder_for_batches(
+    program: StreamProgram, batch_size: int, max_events: int | None = None
 ) -> StreamProgram:
-    """``program`` with its commands in batch-friendly submission order (same semantics)."""
+    """``program`` re-linearised into runs of up to ``batch_size`` commands per stream, using
+    at most ``max_events`` event ids (else ``program`` itself)."""
     if batch_size <= 1 or len(program.streams) <= 1:
         return program
     first_id = int(program.meta.get("user_events", program.num_events))

@@ -45,11 +45,13 @@ from typing import NamedTuple
 import numpy as np
 
 from rtgraph.compiler.memplan import Record, plan
+from rtgraph.compiler.options import CompileOptions
+from rtgraph.compiler.passes.memory_plans import plan_problem
+from rtgraph.compiler.scheduling.order_search import Replay
 from rtgraph.compiler.taskgraph import TaskGraph
 from rtgraph.errors import CapacityError, UsageError
 from rtgraph.stream_program.program import MemoryPlan, Region
 
-POLICIES = ("none", "greedy", "stream-ordered", "timed")
 #: Above this many pooled tensors the planner uses its near-linear greedy portfolio only.
 SEARCH_LIMIT = 5000
 #: Placements the branch-and-bound search may try (≈0.2 s) when no greedy meets the bound.
@@ -175,8 +177,6 @@ def timed_lifetimes(graph: TaskGraph) -> tuple[tuple[int, ...], dict[str, tuple[
     the later tenant's accesses after the earlier one's — waits the replay expects to be
     already met.
     """
-    from rtgraph.compiler.scheduling.order_search import Replay
-
     assert graph.order is not None and graph.stream_of is not None
     start, end = Replay(graph, graph.stream_of).timeline(graph.order)
     position = {t: k for k, t in enumerate(graph.order)}
@@ -232,23 +232,10 @@ def _stack(groups: dict[int, list[Record]], alignment: int) -> tuple[dict[str, i
     return offsets, base, bound
 
 
-def plan_memory(graph: TaskGraph, *, policy: str = "greedy") -> TaskGraph:
-    """``graph`` with ``memory`` set: a region per storage, offsets aligned to the device's rule."""
-    if policy not in POLICIES:
-        raise UsageError(
-            f"unknown memory policy '{policy}'", hint=f"choose one of: {', '.join(POLICIES)}"
-        )
-    alignment = graph.device.memory.alignment
-    lives = ordered_lifetimes(graph) if policy == "stream-ordered" else None
-    order = graph.order
-    if lives is not None:
-        live = {name: (life.first, life.end) for name, life in lives.items()}
-    elif policy == "timed" and graph.order is not None:
-        order, live = timed_lifetimes(graph)
-    else:
-        live = {name: (a, b + 1) for name, (a, b) in lifetimes(graph).items()}
+def _resident_regions(graph: TaskGraph, alignment: int) -> tuple[dict[str, Region], int]:
+    """The regions below the pool — fixed buffers where the program put them, then resident
+    storages (``@direct`` params first) — and the aligned address where the pool begins."""
     regions: dict[str, Region] = {}
-
     fixed = [s for s in graph.storages.values() if s.address is not None]
     cursor = 0
     for s in fixed:
@@ -265,32 +252,70 @@ def plan_memory(graph: TaskGraph, *, policy: str = "greedy") -> TaskGraph:
     for s in resident:
         regions[s.name] = Region(s.name, cursor, s.nbytes, s.kind, 0, len(graph.tasks))
         cursor += align_up(max(s.nbytes, 1), alignment)
-    pool_base = cursor
+    return regions, cursor
 
+
+def _pool_offsets(
+    records: list[Record], policy: str, lives: dict[str, Life] | None, alignment: int
+) -> tuple[dict[str, int], int, int, list[Record]]:
+    """Offsets in the pool, its height, its max-live bound, and the records as placed (with
+    the per-stream lives when the per-stream pools won)."""
+    if policy == "none":
+        offsets, offset = {}, 0
+        for r in records:
+            offsets[r.id] = offset
+            offset += align_up(max(r.size, 1), alignment)
+        placement = plan(records, alignment=alignment, method="fast") if records else None
+        return offsets, offset, placement.lower_bound if placement else 0, records
+    offsets, height, lower_bound = _pack(records, alignment)
+    if lives is not None:
+        # One pool per stream, as a stream-ordered allocator keeps them, when that is
+        # smaller: a tensor's bytes wait only for its own stream's later takers.
+        split = _per_stream_records(records, lives)
+        per_stream = _stack(split, alignment)
+        if per_stream[1] < height:
+            offsets, height, lower_bound = per_stream
+            records = [r for group in split.values() for r in group]
+    return offsets, height, lower_bound, records
+
+
+def plan_memory(graph: TaskGraph, options: CompileOptions) -> TaskGraph:
+    """``graph`` with ``memory`` set by the plan ``options.memory``."""
+    return plan_with(graph, options.memory)
+
+
+def plan_provisional_memory(graph: TaskGraph, options: CompileOptions) -> TaskGraph:
+    """``graph`` with every tensor in its own region (plan ``none``), whatever ``options``.
+
+    The plans that measure liveness on the streams, and run-time allocation, place tensors
+    only once the streams are assigned; until then stream assignment must see the true
+    dependencies alone, which separate regions give.
+    """
+    return plan_with(graph, "none")
+
+
+def plan_with(graph: TaskGraph, policy: str) -> TaskGraph:
+    """``graph`` with ``memory`` set: a region per storage, offsets aligned to the device's rule."""
+    problem = plan_problem(policy)
+    if problem is not None:
+        raise UsageError(f"memory plan '{policy}': {problem[0]}", hint=problem[1])
+    alignment = graph.device.memory.alignment
+    lives = ordered_lifetimes(graph) if policy == "stream-ordered" else None
+    order = graph.order
+    if lives is not None:
+        live = {name: (life.first, life.end) for name, life in lives.items()}
+    elif policy == "timed" and graph.order is not None:
+        order, live = timed_lifetimes(graph)
+    else:
+        live = {name: (a, b + 1) for name, (a, b) in lifetimes(graph).items()}
+    regions, pool_base = _resident_regions(graph, alignment)
     pooled = [s for s in graph.storages.values() if s.kind in ("input", "value")]
     records = [
         Record(s.name, live.get(s.name, (0, 1))[0], live.get(s.name, (0, 1))[1], s.nbytes)
         for s in pooled
     ]
     none_height = sum(align_up(max(s.nbytes, 1), alignment) for s in pooled)
-    if policy == "none":
-        offsets, offset = {}, 0
-        for r in records:
-            offsets[r.id] = offset
-            offset += align_up(max(r.size, 1), alignment)
-        height = offset
-        placement = plan(records, alignment=alignment, method="fast") if records else None
-        lower_bound = placement.lower_bound if placement else 0
-    else:
-        offsets, height, lower_bound = _pack(records, alignment)
-        if lives is not None:
-            # One pool per stream, as a stream-ordered allocator keeps them, when that is
-            # smaller: a tensor's bytes wait only for its own stream's later takers.
-            split = _per_stream_records(records, lives)
-            per_stream = _stack(split, alignment)
-            if per_stream[1] < height:
-                offsets, height, lower_bound = per_stream
-                records = [r for group in split.values() for r in group]
+    offsets, height, lower_bound, records = _pool_offsets(records, policy, lives, alignment)
     for r in records:
         kind = graph.storages[r.id].kind
         regions[r.id] = Region(r.id, pool_base + offsets[r.id], r.size, kind, r.lower, r.upper - 1)

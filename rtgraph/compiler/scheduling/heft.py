@@ -9,7 +9,7 @@ then, in that order, puts each task on the processor where it would finish earli
 earliest idle gap long enough for it (insertion).
 
 It is kept as a reference point for the cost-aware scheduler: the canonical 10-task example of
-the paper (``../shared/benchmarks/heft_canonical``) has HEFT makespan 80.
+the paper (``tests/data/heft_canonical``) has HEFT makespan 80.
 """
 
 from __future__ import annotations

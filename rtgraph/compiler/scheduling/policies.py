@@ -29,11 +29,24 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from rtgraph.compiler.scheduling.list_scheduler import Job, list_schedule
+from rtgraph.compiler.scheduling.order_search import improve_order
 from rtgraph.compiler.taskgraph import DagTask, TaskGraph
 from rtgraph.errors import UsageError, did_you_mean
 from rtgraph.ir.graph import UNITS
 from rtgraph.stream_program.program import StreamInfo
 from rtgraph.timing.costmodel import estimate_us
+
+#: The built-in policies by name, each with what it does: ``--streams``'s vocabulary. The CLI's
+#: help and ``docs/options.md`` are generated from it.
+POLICIES: dict[str, str] = {
+    "auto": "explicit for a program that declares streams, else by-unit",
+    "single": "one stream, every task in program order (the baseline)",
+    "by-unit": "one stream per unit type in use (Cube, Vector, DMA), as CANN recommends",
+    "by-unit:N": "up to N streams per unit type, each task on the one that frees earliest",
+    "explicit": "the program's own streams (`on s { }` blocks), the other tasks by unit",
+    "list": "a cost-aware list scheduler picks each task's stream and the submission order",
+}
 
 
 @dataclass(frozen=True)
@@ -171,10 +184,13 @@ def _resource(task: DagTask) -> str:
 
 #: How much lower (a fraction) the chain mapping's score must be for ``list`` to prefer it.
 CHAIN_MARGIN = 0.05
-#: Replays of the device's timing ``list`` may spend improving its submission order, and the
-#: cap on replays × tasks (a replay costs about a task's worth of events per task).
+#: Replays of the device's timing ``list`` may spend improving its submission order (the
+#: default order-search budget), and the cap on replays × tasks (a replay costs about a task's
+#: worth of events per task).
 REFINE_REPLAYS = 3000
 REFINE_WORK = 300_000
+#: The order search's default seed: the same graph always gives the same order.
+REFINE_SEED = 0
 
 
 class ListScheduler:
@@ -191,17 +207,23 @@ class ListScheduler:
     bottleneck. Finally the submission order is improved against the device's own timing
     (launches, HBM and the host link shared by running tasks), which the plan's durations
     leave out (:mod:`rtgraph.compiler.scheduling.order_search`, at most :data:`REFINE_REPLAYS`
-    replays).
+    replays, or ``order_budget``, from the seed ``order_seed``).
     """
 
     name = "list"
 
-    def __init__(self, method: str = "auto") -> None:
+    def __init__(
+        self,
+        method: str = "auto",
+        *,
+        order_seed: int = REFINE_SEED,
+        order_budget: int = REFINE_REPLAYS,
+    ) -> None:
         self.method = method
+        self.order_seed = order_seed
+        self.order_budget = order_budget
 
     def assign(self, graph: TaskGraph) -> Assignment:
-        from rtgraph.compiler.scheduling import Job, list_schedule
-
         ids = [i for i in graph.script if isinstance(i, int)]
         index = {t: k for k, t in enumerate(ids)}
         jobs = [
@@ -231,11 +253,11 @@ class ListScheduler:
         streams, lane_of = candidates[choice]
         stream_of = {ids[k]: lane_of[k] for k in range(len(jobs))}
         submission = [ids[k] for k in order]
-        replays = min(REFINE_REPLAYS, REFINE_WORK // max(len(jobs), 1))
+        replays = min(self.order_budget, REFINE_WORK // max(len(jobs), 1))
         if replays > 0:
-            from rtgraph.compiler.scheduling.order_search import improve_order
-
-            submission = improve_order(graph, stream_of, submission, replays=replays)
+            submission = improve_order(
+                graph, stream_of, submission, replays=replays, seed=self.order_seed
+            )
         return Assignment(streams, stream_of, tuple(submission))
 
 
@@ -299,25 +321,40 @@ def _host_estimate_us(jobs, order, stream_of, host) -> float:
     return ioctls * host.ioctl_us + (len(jobs) + 2 * waits) * host.submit_us
 
 
-BUILTIN = ("single", "by-unit", "by-unit:N", "explicit", "list")
+def policy_problem(name: str) -> tuple[str, str | None] | None:
+    """What is wrong with ``name`` as a built-in policy, and a hint; None when it names one."""
+    if name in POLICIES and name != "by-unit:N":
+        return None
+    if name.startswith("by-unit:"):
+        count = name.split(":", 1)[1]
+        if not count.isdigit():
+            return "expected by-unit:N with N a positive integer", None
+        if int(count) < 1:
+            return "the number of streams must be at least 1", None
+        return None
+    names = [p for p in POLICIES if p != "by-unit:N"]
+    hint = did_you_mean(name, names)
+    return "unknown stream policy", hint or f"choose one of: {', '.join(POLICIES)}"
 
 
-def policy_from_name(name: str) -> StreamPolicy:
-    """The built-in policy called ``name`` (``by-unit:N`` takes a stream count)."""
+def policy_from_name(
+    name: str, *, order_seed: int = REFINE_SEED, order_budget: int = REFINE_REPLAYS
+) -> StreamPolicy:
+    """The built-in policy called ``name`` (``by-unit:N`` takes a stream count).
+
+    ``auto`` is :class:`Explicit`, which the stream-assignment pass replaces by ``by-unit``
+    for a program that declares no streams. ``order_seed`` and ``order_budget`` steer the
+    ``list`` policy's order search.
+    """
+    problem = policy_problem(name)
+    if problem is not None:
+        raise UsageError(f"stream policy '{name}': {problem[0]}", hint=problem[1])
     if name == "single":
         return Single()
     if name == "by-unit":
         return ByUnit()
     if name.startswith("by-unit:"):
-        count = name.split(":", 1)[1]
-        if not count.isdigit():
-            raise UsageError(f"'{name}': expected by-unit:N with N a positive integer")
-        return ByUnit(int(count))
-    if name == "explicit":
-        return Explicit()
+        return ByUnit(int(name.split(":", 1)[1]))
     if name == "list":
-        return ListScheduler()
-    hint = did_you_mean(name, ["single", "by-unit", "explicit", "list"])
-    raise UsageError(
-        f"unknown stream policy '{name}'", hint=hint or f"choose one of: {', '.join(BUILTIN)}"
-    )
+        return ListScheduler(order_seed=order_seed, order_budget=order_budget)
+    return Explicit()  # "explicit" or "auto"

@@ -1,0 +1,185 @@
+"""Every choice the compiler takes, in one frozen object built once by the CLI or the API.
+
+:class:`CompileOptions` is validated when it is built: a name outside an option's vocabulary
+is an :class:`OptionError` (a :class:`~rtgraph.errors.UsageError`, exit status 2) naming the
+option and, where one is close, the value meant. Each vocabulary is declared once, next to
+what it names — the stream policies in :mod:`rtgraph.compiler.scheduling.policies`, the memory
+plans in :mod:`rtgraph.compiler.passes.plan_memory`, the allocation modes in
+:mod:`rtgraph.compiler.passes.allocate_at_runtime` — and this module only gathers them: the
+CLI's help and ``docs/options.md`` (:func:`options_markdown`) are generated from
+:data:`OPTIONS`.
+
+Every pass is ``name(graph, options)``; :func:`rtgraph.compiler.pipeline.compile_program` hands
+them the options bound to the device compiled for (:meth:`CompileOptions.for_device`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+
+from rtgraph.compiler.passes.alloc_modes import ALLOC_HELP, alloc_problem
+from rtgraph.compiler.passes.memory_plans import PLANS, plan_problem
+from rtgraph.compiler.scheduling.policies import (
+    POLICIES,
+    REFINE_REPLAYS,
+    REFINE_SEED,
+    REFINE_WORK,
+    StreamPolicy,
+    policy_from_name,
+    policy_problem,
+)
+from rtgraph.device.spec import DeviceSpec
+from rtgraph.errors import UsageError
+
+
+class OptionError(UsageError):
+    """A compile option with a value it does not take; ``option`` names the field."""
+
+    def __init__(self, option: str, value: object, problem: str, hint: str | None = None):
+        super().__init__(f"{option}={value!r}: {problem}", hint=hint)
+        self.option = option
+        self.value = value
+        self.problem = problem
+
+
+@dataclass(frozen=True)
+class CompileOptions:
+    """The compiler's options; see :data:`OPTIONS` (and ``docs/options.md``) for each one.
+
+    ``device`` is not an option a user sets: :meth:`for_device` fills it in for the passes,
+    with ``batch_size`` applied to the device's host.
+    """
+
+    streams: str | StreamPolicy = "auto"
+    memory: str = "stream-ordered"
+    alloc: str = "static"
+    batch_size: int | None = None
+    order_seed: int = REFINE_SEED
+    order_budget: int = REFINE_REPLAYS
+    check: bool = False
+    device: DeviceSpec | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.streams, str):
+            _check("streams", self.streams, policy_problem(self.streams))
+        elif not isinstance(self.streams, StreamPolicy):
+            _check("streams", self.streams, ("not a policy name nor a StreamPolicy", None))
+        _check("memory", self.memory, plan_problem(self.memory))
+        _check("alloc", self.alloc, alloc_problem(self.alloc))
+        if self.batch_size is not None and self.batch_size < 1:
+            _check("batch_size", self.batch_size, ("must be at least 1", None))
+        if self.order_budget < 0:
+            _check("order_budget", self.order_budget, ("must be at least 0", None))
+
+    def for_device(self, device: DeviceSpec) -> CompileOptions:
+        """These options bound to ``device``, whose host takes ``batch_size`` when it is set."""
+        if self.batch_size is not None:
+            device = replace(device, host=replace(device.host, batch_size=self.batch_size))
+        return replace(self, device=device)
+
+    @property
+    def target(self) -> DeviceSpec:
+        """The device bound by :meth:`for_device` (a pass needs one)."""
+        if self.device is None:
+            raise UsageError(
+                "these compile options name no device",
+                hint="bind one with options.for_device(spec), as compile_program does",
+            )
+        return self.device
+
+    def stream_policy(self) -> StreamPolicy:
+        """The policy ``streams`` names (built in, with the order-search settings), or itself."""
+        if isinstance(self.streams, str):
+            return policy_from_name(
+                self.streams, order_seed=self.order_seed, order_budget=self.order_budget
+            )
+        return self.streams
+
+
+def _check(option: str, value: object, problem: tuple[str, str | None] | None) -> None:
+    if problem is not None:
+        raise OptionError(option, value, *problem)
+
+
+@dataclass(frozen=True)
+class Option:
+    """One option as the CLI and the docs show it."""
+
+    name: str  # the CompileOptions field
+    flag: str | None  # the CLI flag, if the CLI sets it
+    summary: str
+    values: Mapping[str, str] = field(default_factory=dict)  # vocabulary: value → what it does
+    default_means: str = ""  # what the default stands for, where it is not one of the values
+
+    @property
+    def default(self) -> object:
+        return CompileOptions.__dataclass_fields__[self.name].default
+
+
+#: The options in the order the docs list them.
+OPTIONS: tuple[Option, ...] = (
+    Option(
+        "streams",
+        "--streams",
+        "which stream each task goes to, and the submission order",
+        POLICIES,
+    ),
+    Option(
+        "memory",
+        "--memory",
+        "the static memory plan: where reuse of device bytes is allowed",
+        PLANS,
+    ),
+    Option(
+        "alloc",
+        "--alloc",
+        "where tensors get device memory: the static plan, or an allocator at run time",
+        ALLOC_HELP,
+    ),
+    Option(
+        "batch_size",
+        "--batch-size",
+        "the host's submission batch (commands per ioctl)",
+        default_means="the device spec's host.batch_size",
+    ),
+    Option("order_seed", None, "the seed of the list scheduler's order search"),
+    Option(
+        "order_budget",
+        None,
+        "replays of the device's timing the list scheduler's order "
+        f"search may spend (at most {REFINE_WORK:,} ÷ tasks)",
+    ),
+    Option("check", None, "check the task graph's invariants after every pass (tests turn it on)"),
+)
+
+
+def options_markdown() -> str:
+    """``docs/options.md``: every option, its values with what each does, its default."""
+    lines = [
+        "# Compile options",
+        "",
+        "<!-- generated by tools/make_options_doc.py from rtgraph/compiler/options.py; "
+        "do not edit -->",
+        "",
+        "One frozen `CompileOptions` (`rtgraph/compiler/options.py`) carries every choice the",
+        "compiler takes, and every pass receives it. The command line builds it from its flags;",
+        "`rtgraph.compile(program, streams=…, memory=…, alloc=…, batch_size=…)` from its",
+        "keywords, or takes one as `options=`. A value outside an option's list is a usage error",
+        "(exit status 2) naming the option, with a hint. From Python, `streams` also takes your",
+        "own policy: any object with a `name` and an `assign(graph)` method",
+        "(`rtgraph.compiler.scheduling.policies.StreamPolicy`).",
+        "",
+    ]
+    for option in OPTIONS:
+        flag = f"`{option.flag}`" if option.flag else "Python only"
+        summary = option.summary[0].upper() + option.summary[1:]
+        default = f"`{option.default}`"
+        if option.default_means:
+            default += f" ({option.default_means})"
+        lines += [f"## `{option.name}` ({flag})", "", f"{summary}. Default: {default}.", ""]
+        if option.values:
+            lines += ["| value | what it does |", "| --- | --- |"]
+            lines += [f"| `{value}` | {what} |" for value, what in option.values.items()]
+            lines.append("")
+    return "\n".join(lines)
