@@ -17,6 +17,6 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.ge
 
 ROOT = Path(__file__).resolve().parent.parent
 MODELS = ROOT / "models"
-SHARED_BENCHMARKS = Path(
-    os.environ.get("RTGRAPH_SHARED_BENCHMARKS", ROOT.parent / "shared" / "benchmarks")
-)
+#: The public instances the tests check against (STG, HEFT, memory-planning cases, MiniMalloc),
+#: vendored so a standalone checkout runs them; tests/data/README.md names each source.
+DATA = Path(__file__).resolve().parent / "data"

@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import SHARED_BENCHMARKS
+from conftest import DATA
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -18,7 +18,7 @@ from rtgraph.compiler.scheduling.heft import heft, read_heft_csvs
 from rtgraph.compiler.scheduling.stg import parse_stg
 from rtgraph.errors import CheckError, InputError
 
-STG = SHARED_BENCHMARKS / "stg"
+STG = DATA / "stg"
 
 
 # --- what a valid schedule is -----------------------------------------------------------------
@@ -353,17 +353,11 @@ def test_read_stg_missing_file(tmp_path):
         read_stg(tmp_path / "nope.stg")
 
 
-needs_stg = pytest.mark.skipif(not STG.is_dir(), reason=f"STG data not found at {STG}")
-
-
-@needs_stg
 @pytest.mark.parametrize(
     "name", ["50/rand0000.stg", "100/rand0000.stg", "app/sparse.stg", "app/fpppp.stg"]
 )
-def test_read_stg_shared_files_match_their_critical_path(name):
+def test_read_stg_public_graphs_match_their_critical_path(name):
     path = STG / name
-    if not path.exists():
-        pytest.skip(f"{name} not present")
     jobs = read_stg(path)
     assert jobs[0].duration == jobs[-1].duration == 0.0
     cp = float(re.search(r"CP Length\s*:\s*(\d+)", path.read_text()).group(1))
@@ -381,7 +375,6 @@ def known_optimum(graph: str, procs: int) -> float | None:
     return None
 
 
-@needs_stg
 @pytest.mark.parametrize(
     ("graph", "procs"),
     [
@@ -393,8 +386,6 @@ def known_optimum(graph: str, procs: int) -> float | None:
     ],
 )
 def test_best_reaches_the_known_stg_optimum(graph, procs):
-    if not (STG / graph).exists():
-        pytest.skip(f"{graph} not present")
     jobs = read_stg(STG / graph)
     optimum = known_optimum(graph, procs)
     sched = list_schedule(jobs, {"cpu": procs})
@@ -406,10 +397,9 @@ def test_best_reaches_the_known_stg_optimum(graph, procs):
 
 # --- HEFT -------------------------------------------------------------------------------------
 
-HEFT_DATA = SHARED_BENCHMARKS / "heft_canonical"
+HEFT_DATA = DATA / "heft_canonical"
 
 
-@pytest.mark.skipif(not HEFT_DATA.is_dir(), reason="heft_canonical data not found")
 def test_heft_canonical_makespan_is_80():
     cost, edges, bandwidth = read_heft_csvs(HEFT_DATA)
     sched = heft(cost, edges, bandwidth)

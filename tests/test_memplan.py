@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import itertools
-import os
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import DATA
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,12 +26,6 @@ from rtgraph.compiler.memplan import (
 from rtgraph.compiler.memplan.greedy import PREORDERS, preorder_ranks, skyline_offsets
 from rtgraph.compiler.memplan.search import Outcome, fits_within
 from rtgraph.errors import InputError
-
-SHARED_BENCHMARKS = Path(
-    os.environ.get(
-        "RTGRAPH_SHARED_BENCHMARKS", Path(__file__).resolve().parents[2] / "shared" / "benchmarks"
-    )
-)
 
 #: Pisarchyk & Lee 2020, "Efficient Memory Management for Deep Neural Net Inference", the
 #: 8-tensor example: (first task, last task inclusive, bytes). Optimum = max-live = 124.
@@ -224,6 +218,7 @@ def test_an_instance_whose_optimum_exceeds_max_live():
     assert plan(records).height == 6
 
 
+@pytest.mark.slow
 def test_search_backjumps_over_an_independent_piece():
     # The gap instance (scaled ×25: bound 125, optimum 150), the Pisarchyk–Lee example later in
     # time, and one record spanning both. Once the spanning record is placed the two sides
@@ -300,10 +295,7 @@ MEMPLAN_CASES = {
 
 @pytest.mark.parametrize("name", sorted(MEMPLAN_CASES))
 def test_classic_cases_reach_their_lower_bound(name):
-    path = SHARED_BENCHMARKS / "memplan" / name
-    if not path.exists():
-        pytest.skip(f"shared benchmark {path} not present")
-    records = read_records_csv(path)
+    records = read_records_csv(DATA / "memplan" / name)
     p = plan(records)
     assert p.lower_bound == MEMPLAN_CASES[name]
     assert p.height == MEMPLAN_CASES[name]
@@ -311,10 +303,8 @@ def test_classic_cases_reach_their_lower_bound(name):
 
 
 def test_fast_beats_greedy_by_size_on_minimalloc_instances():
-    paths = sorted((SHARED_BENCHMARKS / "minimalloc").glob("*.1048576.csv"))
-    if not paths:
-        pytest.skip("shared MiniMalloc instances not present")
-    for path in paths:
+    for instance in "ABCDEFGHIJK":
+        path = DATA / "minimalloc" / f"{instance}.1048576.csv"
         records = read_records_csv(path)
         fast = plan(records, method="fast")
         assert fast.height < greedy_by_size(records).height, path.name

@@ -31,6 +31,13 @@ SMALL: dict[str, dict[str, int]] = {
 }
 ALL_MODELS = sorted(p.stem for p in MODELS.glob("*.rtg"))
 NEW_MODELS = ("attention", "transformer_block", "llm_decode", "resnet_bottleneck", "unet_block")
+#: The models that take seconds a run under every policy; `pytest -m "not slow"` leaves them out.
+LARGE_MODELS = ("attention", "transformer_block")
+
+
+def marked_by_size(names: tuple[str, ...] | list[str]) -> list:
+    """Each model name as a test parameter, the large ones marked ``slow``."""
+    return [pytest.param(n, marks=pytest.mark.slow) if n in LARGE_MODELS else n for n in names]
 
 
 def load(name: str, **params: int) -> rtgraph.ir.Program:
@@ -49,7 +56,7 @@ def test_model_says_what_it_is_in_its_header(name):
     assert len(first.split("— ", 1)[1]) > 10
 
 
-@pytest.mark.parametrize("name", ALL_MODELS)
+@pytest.mark.parametrize("name", marked_by_size(ALL_MODELS))
 def test_model_compiles_under_every_policy_and_runs_bit_equal(name):
     program = load(name, **SMALL.get(name, {}))
     reference = rtgraph.evaluate(program, seed=3)
@@ -62,7 +69,7 @@ def test_model_compiles_under_every_policy_and_runs_bit_equal(name):
             assert report["equal"], (policy, out, report)
 
 
-@pytest.mark.parametrize("name", NEW_MODELS)
+@pytest.mark.parametrize("name", marked_by_size(NEW_MODELS))
 def test_default_shapes_compile_and_run_race_free_under_every_policy(name):
     program = load(name)
     for memory in ("greedy", "none"):
@@ -237,7 +244,7 @@ def cube_vector_overlap(result) -> float:
     return total
 
 
-@pytest.mark.parametrize("name", ["transformer_block"])
+@pytest.mark.parametrize("name", ["attention", "transformer_block"])
 def test_by_unit_streams_overlap_cube_and_vector_on_the_pipelined_models(name):
     program = load(name)
     runs = {}

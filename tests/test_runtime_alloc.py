@@ -19,6 +19,7 @@ def _models():
     return sorted(p.stem for p in MODELS.glob("*.rtg"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("model", _models())
 @pytest.mark.parametrize("mode", MODES)
 def test_every_model_runs_under_every_alloc_mode(model, mode):
