@@ -12,6 +12,7 @@ import string
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lark.exceptions import UnexpectedInput
@@ -63,8 +64,13 @@ def shape(e) -> object:
 
 
 def test_grammar_is_package_data_and_built_once() -> None:
-    resource = importlib.resources.files("rtgraph").joinpath("grammars/rtg.lark")
+    """The repository's top-level grammars/rtg.lark is installed as the package rtgraph.grammars
+    (tests/test_wheel.py checks the same from a built wheel)."""
+    resource = importlib.resources.files("rtgraph.grammars").joinpath("rtg.lark")
     assert resource.is_file()
+    assert resource.read_text(encoding="utf-8") == (ROOT / "grammars" / "rtg.lark").read_text(
+        encoding="utf-8"
+    )
     assert grammar() is grammar()
 
 

@@ -1,0 +1,1 @@
+"""The .rtg grammar (``rtg.lark``), installed with rtgraph as the package ``rtgraph.grammars``."""
