@@ -33,10 +33,11 @@ try:
 except ModuleNotFoundError:  # Python 3.10: the same parser, as a package
     import tomli as tomllib
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from rtgraph.files import write_atomic  # noqa: E402 - after the path set-up
+from doc_sections import ROOT, replace_between
+
+from rtgraph.files import write_atomic
 
 PYPROJECT = ROOT / "pyproject.toml"
 DOC = ROOT / "docs" / "architecture.md"
@@ -238,11 +239,7 @@ def picture_layers(path: Path = PICTURE) -> list[list[str]] | None:
 
 def with_layers(text: str, layers: list[list[str]]) -> str:
     """``text`` with the block between the markers replaced by the layers, as a ``text`` fence."""
-    start, end = text.find(BEGIN), text.find(END)
-    if start < 0 or end < start:
-        raise ValueError(f"expected the markers {BEGIN} and {END}, in that order")
-    block = f"\n```text\n{layers_text(layers)}```\n"
-    return f"{text[: start + len(BEGIN)]}{block}{text[end:]}"
+    return replace_between(text, BEGIN, END, f"\n```text\n{layers_text(layers)}```\n")
 
 
 def main(argv: list[str] | None = None) -> int:

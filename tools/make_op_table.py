@@ -16,11 +16,11 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from rtgraph.files import write_atomic  # noqa: E402 - after the path set-up
-from rtgraph.ops import op_table  # noqa: E402
+from doc_sections import ROOT, replace_between, write_or_check
+
+from rtgraph.ops import op_table
 
 DOC = ROOT / "docs" / "language.md"
 BEGIN = "<!-- ops:begin -->"
@@ -29,27 +29,14 @@ END = "<!-- ops:end -->"
 
 def with_op_table(text: str) -> str:
     """``text`` with the block between the markers replaced by the current op table."""
-    start, end = text.find(BEGIN), text.find(END)
-    if start < 0 or end < start:
-        raise ValueError(f"expected the markers {BEGIN} and {END}, in that order")
-    head, tail = text[: start + len(BEGIN)], text[end:]
-    return f"{head}\n{op_table()}{tail}"
+    return replace_between(text, BEGIN, END, f"\n{op_table()}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only say whether the doc is stale")
     args = parser.parse_args(argv)
-    current = DOC.read_text(encoding="utf-8")
-    wanted = with_op_table(current)
-    if args.check:
-        stale = wanted != current
-        print(f"{DOC.relative_to(ROOT)} is {'stale' if stale else 'current'}")
-        return int(stale)
-    if wanted != current:
-        write_atomic(DOC, wanted)
-    print(f"wrote the op table into {DOC.relative_to(ROOT)}")
-    return 0
+    return write_or_check(DOC, with_op_table(DOC.read_text(encoding="utf-8")), check=args.check)
 
 
 if __name__ == "__main__":

@@ -16,11 +16,11 @@ import argparse
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from rtgraph.compiler.options import options_markdown  # noqa: E402 - after the path set-up
-from rtgraph.files import write_atomic  # noqa: E402
+from doc_sections import ROOT, write_or_check
+
+from rtgraph.compiler.options import options_markdown
 
 DOC = ROOT / "docs" / "options.md"
 
@@ -29,16 +29,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--check", action="store_true", help="only say whether the doc is stale")
     args = parser.parse_args(argv)
-    wanted = options_markdown()
-    current = DOC.read_text(encoding="utf-8") if DOC.exists() else None
-    if args.check:
-        stale = wanted != current
-        print(f"{DOC.relative_to(ROOT)} is {'stale' if stale else 'current'}")
-        return int(stale)
-    if wanted != current:
-        write_atomic(DOC, wanted)
-    print(f"wrote {DOC.relative_to(ROOT)}")
-    return 0
+    return write_or_check(DOC, options_markdown(), check=args.check)
 
 
 if __name__ == "__main__":
