@@ -115,3 +115,13 @@ class TensorType:
 
     def __str__(self) -> str:
         return f"{self.dtype}[{', '.join(map(str, self.shape))}]"
+
+
+def contiguous_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
+    """Byte strides of a row-major (C-contiguous) array of ``shape`` (a 0-size axis counts as 1,
+    so every stride stays positive)."""
+    strides, step = [], itemsize
+    for n in reversed(shape):
+        strides.append(step)
+        step *= max(n, 1)
+    return tuple(reversed(strides))

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from rtgraph.dtypes import DTYPES, DType
+from rtgraph.dtypes import DTYPES, DType, contiguous_strides
 from rtgraph.errors import InputError, UsageError
 from rtgraph.runtime.context import Context, PendingCopy, Storage
 from rtgraph.runtime.state import HOST_NAMES
@@ -44,14 +44,6 @@ def infer_dtype(array: np.ndarray) -> str:
     if array.dtype.kind == "f":
         return "f16" if array.dtype == np.float16 else "f32"
     return "i8" if array.dtype in (np.int8, np.bool_) else "i32"
-
-
-def contiguous_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    strides, step = [], itemsize
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
 
 
 def as_shape(shape: Sequence[int] | int) -> tuple[int, ...]:

@@ -19,7 +19,7 @@ from numpy.lib.stride_tricks import as_strided
 
 from rtgraph.compiler.taskgraph import DagTask, HostStep, Storage, TaskGraph, View
 from rtgraph.device.spec import DeviceSpec
-from rtgraph.dtypes import DTYPES
+from rtgraph.dtypes import DTYPES, contiguous_strides
 from rtgraph.ir.graph import (
     BarrierNode,
     CallbackNode,
@@ -79,14 +79,6 @@ def lower(program: Program, options: CompileOptions) -> TaskGraph:
         script=tuple(b.script),
         dag=b.dag,
     )
-
-
-def contiguous_strides(shape: tuple[int, ...], itemsize: int) -> tuple[int, ...]:
-    strides, acc = [], itemsize
-    for n in reversed(shape):
-        strides.append(acc)
-        acc *= max(n, 1)
-    return tuple(reversed(strides))
 
 
 def layout_view(view: View, op: str, attrs: dict, out_shape: tuple[int, ...]) -> View | None:
