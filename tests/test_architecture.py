@@ -9,6 +9,7 @@ that modules and the compiler's and emulator's functions stay small enough to re
 from __future__ import annotations
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -161,3 +162,23 @@ def test_pyproject_lists_every_package() -> None:
     found = {module_name(p) for p in sources() if p.name == "__init__.py"}
     assert set(CONFIG["tool"]["setuptools"]["packages"]) == found | {"rtgraph.grammars"}
     assert CONFIG["tool"]["setuptools"]["package-dir"] == {"rtgraph.grammars": "grammars"}
+
+
+def test_the_readme_layout_names_every_module() -> None:
+    """README's "How it is built" lists the layout file for file: every package and module."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## How it is built") :]
+    layout = section[
+        section.index("```text") : section.index("```\n", section.index("```text") + 7)
+    ]
+    words = set(re.split(r"[\s,;()]+", layout))
+    missing = []
+    for path in sources():
+        name = path.stem if path.stem not in ("__init__", "__main__") else None
+        if name is not None and name not in words and f"{name}.py" not in words:
+            missing.append(str(path.relative_to(ROOT)))
+        if path.name == "__init__.py" and path.parent != PACKAGE:
+            folder = f"{path.parent.name}/"
+            if folder not in words and f"{path.parent.name}/*.toml" not in layout:
+                missing.append(folder)
+    assert missing == []
