@@ -4,10 +4,10 @@
 is an :class:`OptionError` (a :class:`~rtgraph.errors.UsageError`, exit status 2) naming the
 option and, where one is close, the value meant. Each vocabulary is declared once, next to
 what it names — the stream policies in :mod:`rtgraph.compiler.scheduling.policies`, the memory
-plans in :mod:`rtgraph.compiler.passes.plan_memory`, the allocation modes in
-:mod:`rtgraph.compiler.passes.allocate_at_runtime` — and this module only gathers them: the
-CLI's help and ``docs/options.md`` (:func:`options_markdown`) are generated from
-:data:`OPTIONS`.
+plans in :mod:`rtgraph.compiler.passes.memory_plans` (beside the pass that implements them),
+the allocation modes in :mod:`rtgraph.compiler.passes.alloc_modes` — and this module only
+gathers them: the CLI's help and ``docs/options.md`` (:func:`options_markdown`) are generated
+from :data:`OPTIONS`.
 
 Every pass is ``name(graph, options)``; :func:`rtgraph.compiler.pipeline.compile_program` hands
 them the options bound to the device compiled for (:meth:`CompileOptions.for_device`).
