@@ -21,24 +21,33 @@ import numpy as np
 from rtgraph import emulator, frontend
 from rtgraph.compiler import CompileOptions, compile_program
 from rtgraph.compiler.scheduling.policies import StreamPolicy
-from rtgraph.device import check_compatibility, load_device
+from rtgraph.device import check_compatibility, load_device, load_named_device
 from rtgraph.device.spec import DeviceSpec
 from rtgraph.errors import UsageError
 from rtgraph.ir.graph import Program
 from rtgraph.stream_program.program import StreamProgram
+
+#: The device a program that names none runs on.
+DEFAULT_DEVICE = "ascend-910b"
 
 
 def device(spec: str | DeviceSpec | None = None) -> DeviceSpec:
     """A device spec by name or path (default ``ascend-910b``), checked against the runtime."""
     if isinstance(spec, DeviceSpec):
         return spec
-    found = load_device(spec or "ascend-910b")
+    found = load_device(spec or DEFAULT_DEVICE)
     check_compatibility(found)
     return found
 
 
-def _capacity(device_ref: str | DeviceSpec | None) -> int:
-    return device(device_ref).memory.capacity
+def device_for(given: str | DeviceSpec | None, named: str | None) -> DeviceSpec:
+    """The device the caller ``given`` (a name, a path or a spec), else the one a program or a
+    stream program ``named`` — a name only, never a file the program could point at."""
+    if given is not None or named is None:
+        return device(given)
+    found = load_named_device(named)
+    check_compatibility(found)
+    return found
 
 
 def load(
@@ -50,10 +59,9 @@ def load(
 ) -> Program:
     """Parse and check a ``.rtg`` file; ``params`` (or keywords) override its parameters."""
     merged = {**(params or {}), **kwparams}
-    text_device = device
     program = frontend.load(os.fspath(path), merged or None, device_capacity=None)
-    ref = text_device if text_device is not None else program.device
-    return frontend.load(os.fspath(path), merged or None, device_capacity=_capacity(ref))
+    capacity = device_for(device, program.device).memory.capacity
+    return frontend.load(os.fspath(path), merged or None, device_capacity=capacity)
 
 
 def parse(
@@ -67,8 +75,8 @@ def parse(
     """Parse and check program text."""
     merged = {**(params or {}), **kwparams}
     program = frontend.parse(text, filename, merged or None)
-    ref = device if device is not None else program.device
-    return frontend.parse(text, filename, merged or None, device_capacity=_capacity(ref))
+    capacity = device_for(device, program.device).memory.capacity
+    return frontend.parse(text, filename, merged or None, device_capacity=capacity)
 
 
 def compile(
@@ -100,7 +108,7 @@ def compile(
             "rtgraph.compile takes options= or option keywords, not both",
             hint="set every option on the CompileOptions object",
         )
-    spec = globals()["device"](device if device is not None else program.device)
+    spec = device_for(device, program.device)
     return compile_program(program, spec, options)
 
 
@@ -115,7 +123,7 @@ def run(
     **options: Any,
 ):
     """Run a stream program on the emulated device; returns the emulator's result."""
-    spec = globals()["device"](device if device is not None else program.device)
+    spec = device_for(device, program.device)
     return emulator.run(
         program, spec, inputs=inputs, params=params, seed=seed, numerics=numerics, **options
     )

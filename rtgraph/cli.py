@@ -94,7 +94,7 @@ def _options(args: argparse.Namespace, **overrides: object) -> CompileOptions:
 def _spec(args: argparse.Namespace, program, options: CompileOptions):
     """The device spec the command runs on: --device (else the program's), with the options'
     overrides (the host's batch size) applied."""
-    return options.for_device(api.device(args.device or program.device)).target
+    return options.for_device(api.device_for(args.device, program.device)).target
 
 
 def _load(args: argparse.Namespace):
@@ -115,10 +115,10 @@ def _read_stream_program(path: str):
 def cmd_check(args: argparse.Namespace) -> int:
     if args.file.endswith(".json"):
         compiled = _read_stream_program(args.file)
-        return _report_races(args, compiled, api.device(args.device or compiled.device))
+        return _report_races(args, compiled, api.device_for(args.device, compiled.device))
     program = _load(args)
     if args.races or program.streams:
-        spec = api.device(args.device or program.device)
+        spec = api.device_for(args.device, program.device)
         # No memory reuse here: reuse adds compiler-ordered false dependencies that would
         # mask a missing record/wait in the program's own synchronisation.
         compiled = api.compile(program, device=spec, memory="none")

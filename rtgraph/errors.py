@@ -68,6 +68,12 @@ class Span:
         }
 
 
+#: The widest excerpt of a source line an error shows; a longer line is cut to a window that
+#: starts a little before the span (so a 100,000-character line gives a short message).
+SHOWN_WIDTH = 160
+_LEAD = 40
+
+
 def highlight(span: Span) -> str:
     """The source line of ``span`` with a caret (or an underline for a wider span) under it."""
     raw = span.text_line()
@@ -77,6 +83,12 @@ def highlight(span: Span) -> str:
     # Columns count characters of the raw line; tabs widen both the line and the caret indent.
     start = len(raw[: span.col - 1].expandtabs(4))
     end = len(raw[: span.end_col - 1].expandtabs(4)) if span.end_line == span.line else len(text)
+    if len(text) > SHOWN_WIDTH:
+        left = max(0, min(start - _LEAD, len(text) - SHOWN_WIDTH))
+        head = "…" if left else ""
+        tail = "…" if left + SHOWN_WIDTH < len(text) else ""
+        text = f"{head}{text[left : left + SHOWN_WIDTH]}{tail}"
+        start, end = start - left + len(head), min(end - left, SHOWN_WIDTH) + len(head)
     marker = "^" * max(1, end - start)
     return f"    {text}\n    {' ' * start}{marker}"
 

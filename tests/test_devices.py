@@ -137,15 +137,17 @@ def test_extends_merges_nested_tables_key_by_key(tmp_path):
     assert derived.description == load_device("toy").description
 
 
-def test_extends_a_relative_path_through_a_chain(tmp_path):
-    (tmp_path / "sub").mkdir()
-    write(tmp_path, "base.toml", 'extends = "toy"\n[memory]\nalignment = 128\n')
-    path = write(
-        tmp_path / "sub", "leaf.toml", 'extends = "../base.toml"\n[host]\nbatch_size = 4\n'
-    )
+def test_extends_through_a_chain_beside_and_on_the_search_path(tmp_path, monkeypatch):
+    """leaf.toml extends mid (a file beside it), which extends base (a name found on
+    RTGRAPH_DEVICE_PATH), which extends toy (shipped)."""
+    (tmp_path / "lib").mkdir()
+    (tmp_path / "work").mkdir()
+    write(tmp_path / "lib", "base.toml", 'extends = "toy"\n[memory]\nalignment = 128\n')
+    write(tmp_path / "work", "mid.toml", 'extends = "base"\n[units.cube]\ncores = 2\n')
+    path = write(tmp_path / "work", "leaf.toml", 'extends = "mid.toml"\n[host]\nbatch_size = 4\n')
+    monkeypatch.setenv("RTGRAPH_DEVICE_PATH", str(tmp_path / "lib"))
     spec = load_device(path)
-    assert (spec.memory.alignment, spec.host.batch_size) == (128, 4)
-    assert spec.unit("cube").cores == 1
+    assert (spec.memory.alignment, spec.host.batch_size, spec.unit("cube").cores) == (128, 4, 2)
 
 
 def test_parse_device_reads_text():

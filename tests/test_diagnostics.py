@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from rtgraph.errors import (
+    SHOWN_WIDTH,
     CapacityError,
     CheckError,
     DTypeError,
@@ -26,6 +27,9 @@ from rtgraph.errors import (
     RtgErrors,
     RtgSyntaxError,
     ShapeError,
+    Source,
+    Span,
+    highlight,
 )
 from rtgraph.frontend import load, parse
 
@@ -64,8 +68,13 @@ def test_bad_program_reports_expected_errors(path: Path) -> None:
     errors = _errors(info.value)
     for error, (line, col, _) in zip(errors, expected, strict=True):
         assert (error.span.line, error.span.col) == (line, col)
-        caret_row = error.render().splitlines()[2]
-        assert caret_row.index("^") == 4 + col - 1, "the caret sits under the column"
+        _, shown, caret_row = error.render().splitlines()[:3]
+        lines = text.splitlines()
+        source_line = lines[line - 1] if line <= len(lines) else ""  # an error at end of file
+        if len(source_line) <= SHOWN_WIDTH:
+            assert caret_row.index("^") == 4 + col - 1, "the caret sits under the column"
+        else:  # a long line is shown as a window: the caret still marks the same character
+            assert shown[caret_row.index("^")] == source_line[col - 1]
     if hint is not None:
         assert errors[0].hint == hint
         assert f"hint: {hint}" in rendered
@@ -101,6 +110,7 @@ REQUIRED = [
     "no_program",
     "nested_too_deeply",
     "multiple_errors",
+    "device_path",
 ]
 
 
@@ -300,3 +310,11 @@ def test_messages(statement: str, message: str) -> None:
         parse(_PROGRAM.format(statement))
     messages = [e.message for e in _errors(info.value)]
     assert any(message in m for m in messages), messages
+
+
+def test_a_long_line_is_shown_as_a_window_around_the_span() -> None:
+    line = "x" * 500 + " bad " + "y" * 500
+    shown = highlight(Span(Source("f.rtg", line), 1, 502, 1, 505))
+    text, carets = shown.splitlines()
+    assert len(text) <= 4 + SHOWN_WIDTH + 2 and text.startswith("    …") and text.endswith("…")
+    assert text[carets.index("^") :].startswith("bad") and carets.count("^") == 3

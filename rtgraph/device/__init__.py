@@ -15,7 +15,16 @@ from rtgraph.device.compat import (
     check_compatibility,
     compat_matrix,
 )
-from rtgraph.device.load import list_devices, load_device, parse_device, shipped_names
+from rtgraph.device.load import (
+    MAX_SPEC_BYTES,
+    SEARCH_PATH_VARIABLE,
+    device_name_problem,
+    list_devices,
+    load_device,
+    load_named_device,
+    parse_device,
+    shipped_names,
+)
 from rtgraph.device.schema import SCHEMA, UNIT_KINDS
 from rtgraph.device.spec import (
     DeviceSpec,
@@ -29,8 +38,10 @@ from rtgraph.device.tables import describe, devices_table
 from rtgraph.device.versions import parse_version
 
 __all__ = [
+    "MAX_SPEC_BYTES",
     "RUNTIME_VERSION",
     "SCHEMA",
+    "SEARCH_PATH_VARIABLE",
     "UNIT_KINDS",
     "CompatRow",
     "DeviceSpec",
@@ -42,9 +53,11 @@ __all__ = [
     "check_compatibility",
     "compat_matrix",
     "describe",
+    "device_name_problem",
     "devices_table",
     "list_devices",
     "load_device",
+    "load_named_device",
     "parse_device",
     "parse_version",
     "shipped_names",

@@ -6,11 +6,21 @@ relative to the extending file) and override single keys, tables merging deeply.
 remembers which file each key came from, so :func:`~rtgraph.device.schema.build_spec` can blame
 a bad value on the file that wrote it. Which file a name means is decided in one place,
 :func:`_resolve`. Every key is documented in ``docs/devices.md``.
+
+Only the user points at files. A program's ``device "NAME"``, a stream program's ``"device"``
+and a spec's ``extends`` *name* a device: a shipped spec, or ``NAME.toml`` in a folder of
+``RTGRAPH_DEVICE_PATH`` (``extends`` also looks beside the extending spec) — never a path, so a
+program cannot make rtgraph open ``/etc/shadow`` or ``/dev/zero``. A path is taken only where
+the user gives one (``--device PATH.toml``, ``rtgraph.device(path)``,
+``rtgraph.runtime.set_device(path)``), and every file read must be a regular ``.toml`` file of at
+most :data:`MAX_SPEC_BYTES`, checked before a byte is read.
 """
 
 from __future__ import annotations
 
 import os
+import re
+import stat
 from collections.abc import Mapping
 from functools import cache
 from importlib import resources
@@ -33,13 +43,51 @@ from rtgraph.errors import DeviceSpecError, did_you_mean
 # --- loading -------------------------------------------------------------------------------
 
 
-def load_device(name_or_path: str | os.PathLike[str]) -> DeviceSpec:
-    """The device spec called ``name_or_path``: a shipped name or the path of a TOML file.
+#: The largest device-spec file rtgraph reads, in bytes (checked before reading).
+MAX_SPEC_BYTES = 256 * 1024
+#: Folders (separated by ``os.pathsep``) where a named device ``NAME`` is found as ``NAME.toml``.
+SEARCH_PATH_VARIABLE = "RTGRAPH_DEVICE_PATH"
+#: What a device name looks like: letters, digits, ``.``, ``_``, ``-``, at most 64 characters.
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
-    Raises :class:`DeviceSpecError` for an unknown name (with a did-you-mean), a missing or
-    unreadable file, invalid TOML, an ``extends`` cycle, or any value the schema refuses.
+
+def device_name_problem(name: str) -> tuple[str, str] | None:
+    """Why ``name`` cannot name a device where a file names one (a problem and a hint), or None.
+
+    A name is a shipped device or a spec on the search path, never a path to a file.
+    """
+    if _NAME.fullmatch(name) and name.lower() != ".toml":
+        return None
+    shown = name if len(name) <= 64 else f"{name[:61]}..."
+    if "/" in name or os.sep in name or name.startswith("."):
+        problem = f"'{shown}' is a path; a device is named here, not opened from a file"
+    else:
+        problem = f"'{shown}' is not a device name (letters, digits, '.', '_', '-'; at most 64)"
+    hint = (
+        f"name a shipped device ({', '.join(shipped_names())}) or one on {SEARCH_PATH_VARIABLE}, "
+        "or pass your spec's path with --device PATH.toml"
+    )
+    return problem, hint
+
+
+def load_device(name_or_path: str | os.PathLike[str]) -> DeviceSpec:
+    """The device spec the user asked for: a name (shipped, or on the search path) or the path
+    of a ``.toml`` file.
+
+    Raises :class:`DeviceSpecError` for an unknown name (with a did-you-mean), a missing,
+    unreadable, oversized or non-regular file, invalid TOML, an ``extends`` cycle, or any value
+    the schema refuses.
     """
     return _load(_resolve(os.fspath(name_or_path), None))
+
+
+def load_named_device(name: str) -> DeviceSpec:
+    """The device a file names (a program's ``device``, a stream program's ``"device"``): a
+    shipped spec or ``NAME.toml`` on the search path, never a path."""
+    problem = device_name_problem(name)
+    if problem is not None:
+        raise DeviceSpecError(problem[0], hint=problem[1])
+    return _load(_resolve(name, None, named=True))
 
 
 def parse_device(text: str, label: str = "<string>") -> DeviceSpec:
@@ -72,49 +120,116 @@ def _shipped() -> tuple[str, ...]:
     return tuple(sorted(n for n in names if n != COMPAT_FILE[: -len(".toml")]))
 
 
-def _resolve(ref: str, referrer: Doc | None) -> Doc:
-    """The document ``ref`` names: a shipped device, or a path (relative to the referrer).
+def _resolve(ref: str, referrer: Doc | None, *, named: bool = False) -> Doc:
+    """The document ``ref`` names: a shipped device, a spec on the search path, or a file.
 
-    ``referrer`` is the spec whose ``extends`` names ``ref`` (None for the spec asked for);
-    its errors point at that ``extends`` key.
+    ``referrer`` is the spec whose ``extends`` names ``ref`` (None for the spec asked for); its
+    errors point at that ``extends`` key, and ``ref`` may then also be a ``.toml`` file beside it
+    (or below it), never an absolute path or one through ``..``. ``named`` (a name a program
+    gives) allows no file at all but the search path's.
     """
     if ref in _shipped():
         return packaged_doc(f"{ref}.toml")
-    if referrer is not None and referrer.folder is None:
-        raise located_error(referrer, "extends", f"unknown shipped device '{ref}'")
-    if not _looks_like_path(ref):
-        error = _unknown_device(ref)
-        if referrer is not None:
-            raise located_error(referrer, "extends", error.message, error.hint)
-        raise error
+    if referrer is not None:
+        return _extended(ref, referrer)
+    if not named and _looks_like_path(ref):
+        return _file_doc(Path(ref), None)
+    found = _on_search_path(ref, ())
+    if found is None:
+        raise _unknown_device(ref)
+    return _file_doc(found, None)
+
+
+def _extended(ref: str, referrer: Doc) -> Doc:
+    """The document an ``extends`` of ``referrer`` names."""
     path = Path(ref)
-    if referrer is not None and referrer.folder is not None and not path.is_absolute():
-        path = referrer.folder / path
-    return _file_doc(path, referrer)
+    beside = () if referrer.folder is None else (referrer.folder,)
+    if path.is_absolute() or ".." in path.parts or (not beside and len(path.parts) > 1):
+        raise located_error(
+            referrer,
+            "extends",
+            f"'{ref}' is outside this spec's folder",
+            f"name a shipped device, a spec on {SEARCH_PATH_VARIABLE}, or a .toml file beside "
+            "this one",
+        )
+    if ref.endswith(".toml") and beside:
+        return _file_doc(beside[0] / path, referrer)
+    problem = device_name_problem(ref)
+    found = None if problem is not None else _on_search_path(ref, beside)
+    if found is None:
+        error = _unknown_device(ref)
+        raise located_error(referrer, "extends", error.message, error.hint)
+    return _file_doc(found, referrer)
+
+
+def _on_search_path(name: str, first: tuple[Path, ...]) -> Path | None:
+    """``NAME.toml`` in the first of ``first`` and the search path's folders that has one."""
+    if device_name_problem(name) is not None:
+        return None
+    listed = os.environ.get(SEARCH_PATH_VARIABLE, "").split(os.pathsep)
+    folders = [*first, *(Path(p) for p in listed if p)]
+    filename = name if name.endswith(".toml") else f"{name}.toml"
+    for folder in folders:
+        candidate = folder / filename
+        if candidate.is_file():
+            return candidate
+    return None
 
 
 def _file_doc(path: Path, referrer: Doc | None) -> Doc:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        message = f"no device spec file '{path}'"
-        hint = f"shipped devices: {', '.join(shipped_names())}; or pass a path to a .toml file"
+    """A spec file's document, read only if it is a regular ``.toml`` file within the size cap
+    (opened without blocking, so a FIFO cannot hang the read)."""
+
+    def refuse(message: str, hint: str | None = None) -> DeviceSpecError:
         if referrer is not None:
-            raise located_error(referrer, "extends", message, hint) from None
-        raise DeviceSpecError(message, hint=hint) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DeviceSpecError(f"cannot read device spec '{path}': {exc}") from None
+            return located_error(referrer, "extends", message, hint)
+        return DeviceSpecError(message, hint=hint)
+
+    if path.suffix != ".toml":
+        raise refuse(
+            f"'{path}' is not a device spec: spec files end in .toml",
+            f"shipped devices: {', '.join(shipped_names())}",
+        )
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        hint = f"shipped devices: {', '.join(shipped_names())}; or pass a path to a .toml file"
+        raise refuse(f"no device spec file '{path}'", hint) from None
+    except OSError as exc:
+        raise refuse(f"cannot read device spec '{path}': {exc.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise refuse(f"'{path}' is not a regular file")
+        if info.st_size > MAX_SPEC_BYTES:
+            raise refuse(
+                f"device spec '{path}' is {info.st_size:,} bytes; the limit is {MAX_SPEC_BYTES:,}"
+            )
+        data = os.read(fd, MAX_SPEC_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_SPEC_BYTES:
+        raise refuse(f"device spec '{path}' is over {MAX_SPEC_BYTES:,} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise refuse(f"device spec '{path}' is not UTF-8 text") from None
     return Doc(str(path), text, str(path.resolve()), path.resolve().parent)
 
 
 def _looks_like_path(ref: str) -> bool:
-    return ref.endswith(".toml") or "/" in ref or os.sep in ref or Path(ref).exists()
+    return ref.endswith(".toml") or "/" in ref or os.sep in ref
 
 
 def _unknown_device(ref: str) -> DeviceSpecError:
     names = shipped_names()
-    hint = did_you_mean(ref, names) or "pass a path to a .toml file for your own device"
-    return DeviceSpecError(f"unknown device '{ref}' (shipped: {', '.join(names)})", hint=hint)
+    shown = ref if len(ref) <= 64 else f"{ref[:61]}..."
+    close = did_you_mean(ref, names) if len(ref) <= 64 else None
+    hint = close or (
+        f"for your own device, put NAME.toml in a folder on {SEARCH_PATH_VARIABLE}, "
+        "or pass its path with --device PATH.toml"
+    )
+    return DeviceSpecError(f"unknown device '{shown}' (shipped: {', '.join(names)})", hint=hint)
 
 
 # --- reading and merging ---------------------------------------------------------------

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from rtgraph.device import device_name_problem
 from rtgraph.errors import CheckError, RtgError, Span, did_you_mean
 from rtgraph.frontend import ast, consteval
 from rtgraph.frontend.buffers import PlacedBuffer, check_placement
@@ -94,7 +95,10 @@ class Checker(StreamChecker):
         fns = self.functions
         for item in self.module.items:
             if isinstance(item, ast.DeviceDirective):
-                if device is None:
+                problem = device_name_problem(item.name)
+                if problem is not None:
+                    self.error(problem[0], item.span, hint=problem[1])
+                elif device is None:
                     device = item
                 else:
                     self.error(
