@@ -157,3 +157,25 @@ def test_a_named_device_is_never_a_path() -> None:
         with pytest.raises(DeviceSpecError, match="is a path"):
             load_named_device(name)
     assert load_named_device("toy").name == "toy"
+
+
+def test_a_toml_file_that_is_no_spec_is_never_quoted(tmp_path: Path) -> None:
+    """A user may name the wrong .toml file: its values are not echoed back, valid or not."""
+    tokens = tmp_path / "auth.toml"
+    tokens.write_text(f'[http-basic.pypi]\npassword = "{SECRET}"\n', encoding="utf-8")
+    text = refusal(load_device, tokens)
+    assert text == (
+        f"error: {tokens}: not a device spec: it has no [device] table and no extends\n"
+        '    hint: a spec starts with extends = "NAME" or the tables of docs/devices.md'
+    )
+    broken = tmp_path / "broken.toml"
+    broken.write_text(f"token = {SECRET}\n", encoding="utf-8")
+    text = refusal(load_device, broken)
+    assert text == f"error: {broken}:1:9: invalid TOML (not shown: the file is not a device spec)"
+
+
+def test_a_spec_with_a_typo_is_still_quoted(tmp_path: Path) -> None:
+    spec = tmp_path / "mine.toml"
+    spec.write_text('extends = "toy"\n[units.cube]\ncores = = 2\n', encoding="utf-8")
+    text = refusal(load_device, spec)
+    assert f"{spec}:3:9: error: invalid TOML" in text and "    cores = = 2" in text

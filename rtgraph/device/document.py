@@ -112,14 +112,43 @@ def located_error(doc: Doc, dotted: str, problem: str, hint: str | None = None) 
     return DeviceSpecError(f"{where}{key}{problem}", span, hint)
 
 
-def parse_toml(doc: Doc) -> dict[str, Any]:
-    """The data of ``doc``; invalid TOML is a :class:`DeviceSpecError` at the parser's position."""
+#: A line only a device spec starts with: one of its tables, or ``extends``.
+_SPEC_LINE = re.compile(
+    r"^[ \t]*(\[[ \t]*(device|units|memory|host|scheduler|profiling)[ \t]*[\].]|extends[ \t]*=)",
+    re.MULTILINE,
+)
+
+
+def looks_like_spec(text: str) -> bool:
+    """Whether ``text`` has a line only a device spec has. Errors quote lines of such files
+    only: a file that is not a spec (a ``.toml`` of secrets named by mistake) is never echoed."""
+    return _SPEC_LINE.search(text) is not None
+
+
+def parse_toml(doc: Doc, *, spec: bool = False) -> dict[str, Any]:
+    """The data of ``doc``; invalid TOML is a :class:`DeviceSpecError` at the parser's position.
+
+    With ``spec`` (a device spec read from a file), the line is quoted only when the file looks
+    like a device spec, and a TOML file that is none is refused before any value is looked at.
+    """
+    spec_like = not spec or doc.folder is None or looks_like_spec(doc.text)
     try:
-        return tomllib.loads(doc.text)
+        data = tomllib.loads(doc.text)
     except tomllib.TOMLDecodeError as exc:
         where = _TOML_POSITION.search(str(exc))
-        if where is None:
-            raise DeviceSpecError(f"{doc.label}: invalid TOML: {exc}") from None
+        if where is None or not spec_like:
+            at = f":{where.group(1)}:{where.group(2)}" if where else ""
+            raise DeviceSpecError(
+                f"{doc.label}{at}: invalid TOML"
+                + ("" if spec_like else " (not shown: the file is not a device spec)")
+                + ("" if where is None or not spec_like else f": {exc}")
+            ) from None
         line, col = int(where.group(1)), int(where.group(2))
         span = Span(doc.source, line, col, line, col + 1)
         raise DeviceSpecError(f"invalid TOML: {exc}", span) from None
+    if spec and not ("device" in data or "extends" in data):
+        raise DeviceSpecError(
+            f"{doc.label}: not a device spec: it has no [device] table and no extends",
+            hint='a spec starts with extends = "NAME" or the tables of docs/devices.md',
+        )
+    return data

@@ -237,7 +237,7 @@ def _unknown_device(ref: str) -> DeviceSpecError:
 
 def _read(doc: Doc, chain: tuple[Doc, ...]) -> tuple[dict[str, Any], Origins]:
     """The merged data of ``doc`` and everything it extends, and where each key came from."""
-    data = parse_toml(doc)
+    data = parse_toml(doc, spec=True)
     origins: Origins = {}
     _note_origins(data, doc, "", origins)
     base_ref = data.pop("extends", None)
