@@ -321,7 +321,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
     def listed(value: str | None, default: Sequence[str]) -> list[str]:
         return [v for v in value.split(",") if v] if value else list(default)
 
-    paths = args.files or ["models"]
+    paths = args.files or [BENCH_MODELS]
     report = headline.bench(
         paths,
         device=args.device or "ascend-910b",
@@ -497,10 +497,50 @@ def _add_data_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0)
 
 
+#: The arguments that name files a command reads, and those that name files it writes.
+INPUT_ARGS = ("file", "files", "inputs", "params", "device", "records")
+OUTPUT_ARGS = ("output", "timeline", "trace", "memory_map", "memory_plot", "dag", "figure")
+#: The folder ``rtgraph bench`` reads when given no files.
+BENCH_MODELS = "models"
+#: What ``profile -o FOLDER`` writes inside its folder.
+PROFILE_FILES = ("op_summary.csv", "op_statistic.csv")
+
+
+def refuse_overwriting_inputs(args: argparse.Namespace) -> None:
+    """A usage error when an output path is (resolves to, or is a link to) a file the command
+    reads: ``rtgraph compile x.rtg -o x.rtg`` must not destroy the program."""
+    read: list[Path] = []
+    for name in INPUT_ARGS:
+        value = getattr(args, name, None)
+        if name == "files" and value == []:
+            value = [BENCH_MODELS]
+        for item in value if isinstance(value, list) else [value]:
+            if isinstance(item, str) and Path(item).is_file():
+                read.append(Path(item))
+            elif isinstance(item, str) and Path(item).is_dir():  # bench reads a folder's models
+                read.extend(sorted(Path(item).glob("*.rtg")))
+    for name in OUTPUT_ARGS:
+        target = getattr(args, name, None)
+        if not isinstance(target, str):
+            continue
+        written = [Path(target)]
+        if args.command == "profile":
+            written = [Path(target) / f for f in PROFILE_FILES]
+        for out in written:
+            for source in read:
+                if out.resolve() == source.resolve() or (out.exists() and out.samefile(source)):
+                    flag = "-o" if name == "output" else f"--{name.replace('_', '-')}"
+                    raise UsageError(
+                        f"{flag} {target} would overwrite the input '{source}'",
+                        hint="choose another output path",
+                    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     try:
+        refuse_overwriting_inputs(args)
         return COMMANDS[args.command](args)
     except UsageError as e:
         print(e.render(), file=sys.stderr)

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -153,3 +154,48 @@ def test_batch_size_overrides_the_device_spec_for_compile_and_run(capsys):
     assert ioctls[1] > ioctls[16]
     assert main(["run", mlp, "--batch-size", "0"]) == 2
     assert "--batch-size 0" in capsys.readouterr().err
+
+
+# --- outputs never overwrite inputs ----------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("command", "flag"),
+    [
+        ("compile", "-o"),
+        ("run", "--trace"),
+        ("run", "--timeline"),
+        ("run", "--memory-map"),
+        ("viz", "--dag"),
+    ],
+)
+def test_an_output_never_overwrites_the_program(tmp_path, capsys, command, flag):
+    program = tmp_path / "x.rtg"
+    program.write_text(Path(ATTENTION).read_text())
+    before = program.read_bytes()
+    assert main([command, str(program), flag, str(program), "-D", "S=64"]) == 2
+    assert capsys.readouterr().err == (
+        f"error: {flag} {program} would overwrite the input '{program}'\n"
+        "    hint: choose another output path\n"
+    )
+    assert program.read_bytes() == before
+
+
+def test_an_output_through_a_link_or_another_spelling_is_caught(tmp_path, capsys):
+    program = tmp_path / "x.rtg"
+    program.write_text(Path(ATTENTION).read_text())
+    link = tmp_path / "link.json"
+    link.symlink_to(program)
+    assert main(["compile", str(program), "-o", str(link)]) == 2
+    assert main(["compile", str(program), "-o", f"{tmp_path}/./sub/../x.rtg"]) == 2
+    inputs = tmp_path / "in.npz"
+    inputs.write_bytes(b"")
+    assert main(["run", str(program), "--inputs", str(inputs), "--trace", str(inputs)]) == 2
+    assert "would overwrite the input" in capsys.readouterr().err
+
+
+def test_bench_never_writes_over_a_model_of_its_folder(tmp_path, capsys):
+    program = tmp_path / "m.rtg"
+    program.write_text(Path(ATTENTION).read_text())
+    assert main(["bench", str(tmp_path), "-o", str(program), "-q"]) == 2
+    assert "would overwrite the input" in capsys.readouterr().err
