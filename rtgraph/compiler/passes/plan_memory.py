@@ -289,13 +289,15 @@ def plan_provisional_memory(graph: TaskGraph, options: CompileOptions) -> TaskGr
 
     The plans that measure liveness on the streams, and run-time allocation, place tensors
     only once the streams are assigned; until then stream assignment must see the true
-    dependencies alone, which separate regions give.
+    dependencies alone, which separate regions give. This placement never runs, so it is not
+    held to the device's capacity: the plan (or the allocator) that replaces it is.
     """
-    return plan_with(graph, "none")
+    return plan_with(graph, "none", check_capacity=False)
 
 
-def plan_with(graph: TaskGraph, policy: str) -> TaskGraph:
-    """``graph`` with ``memory`` set: a region per storage, offsets aligned to the device's rule."""
+def plan_with(graph: TaskGraph, policy: str, *, check_capacity: bool = True) -> TaskGraph:
+    """``graph`` with ``memory`` set: a region per storage, offsets aligned to the device's rule;
+    a :class:`CapacityError` naming ``policy`` when the plan does not fit the device."""
     problem = plan_problem(policy)
     if problem is not None:
         raise UsageError(f"memory plan '{policy}': {problem[0]}", hint=problem[1])
@@ -322,11 +324,13 @@ def plan_with(graph: TaskGraph, policy: str) -> TaskGraph:
 
     total = align_up(max(pool_base + height, 1), alignment)
     capacity = graph.device.memory.capacity
-    if total > capacity:
+    if check_capacity and total > capacity:
         raise CapacityError(
             f"program '{graph.program.name}' needs {total:,} bytes of device memory "
             f"(memory plan '{policy}'); device '{graph.device.name}' has {capacity:,}",
-            hint="use --memory greedy to reuse memory by liveness, or lower the parameters (-D)",
+            hint="lower the parameters (-D)"
+            if policy == "greedy"
+            else "use --memory greedy to reuse memory by liveness, or lower the parameters (-D)",
         )
     memory = MemoryPlan(policy, regions, total, alignment)
     notes = {
