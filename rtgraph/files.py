@@ -18,6 +18,11 @@ link replaces the link itself.
 What is not done: the folder is not ``fsync``-ed after the rename, so after a power cut the
 target may still be the old file — but never a torn one.
 
+Killed mid-write: on SIGTERM the command line (:func:`exit_on_sigterm`) unwinds like Ctrl-C, so
+the temporary file is removed. SIGKILL cannot be caught; the temporary left behind is named
+after its target and its writer's process id (``.out.json.rtgraph-4242-1a2b3c.tmp``), and the
+next write of the same target removes every such file whose writer is gone.
+
 Problems with the output path (its folder missing, no permission, a full disk) are reported
 as :class:`~rtgraph.errors.UsageError` ("cannot write 'out.json': …"), which the command line
 shows as a message with exit status 2, not as a traceback.
@@ -26,7 +31,10 @@ shows as a message with exit status 2, not as a traceback.
 from __future__ import annotations
 
 import os
+import re
 import secrets
+import signal
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -34,7 +42,10 @@ from typing import BinaryIO
 
 from rtgraph.errors import UsageError
 
-__all__ = ["atomic_output", "write_atomic"]
+__all__ = ["atomic_output", "exit_on_sigterm", "write_atomic"]
+
+#: The exit status of a process ended by SIGTERM, as a shell reports it (128 + 15).
+SIGTERM_STATUS = 128 + signal.SIGTERM
 
 
 def write_atomic(path: str | os.PathLike[str], data: str | bytes) -> Path:
@@ -87,14 +98,55 @@ def atomic_output(path: str | os.PathLike[str]) -> Iterator[BinaryIO]:
         raise
 
 
+def exit_on_sigterm() -> None:
+    """Make SIGTERM end the process the way Ctrl-C does — unwinding, so that every write under
+    way removes its temporary file — with exit status 143. For programs (the command line), not
+    libraries: only the main thread may set a handler, and one the program set is kept."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, _terminate)
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise SystemExit(SIGTERM_STATUS)
+
+
+def _temporary_name(target: Path, pid: int, tag: str) -> Path:
+    return target.parent / f".{target.name}.rtgraph-{pid}-{tag}.tmp"
+
+
+def _remove_stale_temporaries(target: Path) -> None:
+    """Remove the temporaries of ``target`` that a killed writer left (its process is gone)."""
+    pattern = re.compile(rf"\.{re.escape(target.name)}\.rtgraph-(\d+)-[0-9a-f]+\.tmp")
+    with suppress(OSError):
+        for entry in os.scandir(target.parent):
+            found = pattern.fullmatch(entry.name)
+            if found and not _alive(int(found.group(1))):
+                _remove_quietly(Path(entry.path))
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # it exists but belongs to someone else
+        return True
+    return True
+
+
 def _create_temporary(target: Path) -> tuple[int, Path]:
     """Open a new, empty temporary file beside ``target`` with new-file permissions.
 
     Not ``tempfile.mkstemp``: its files are private (``0600``), and that mode would survive
     the rename. ``O_EXCL`` with a random name means no other file is ever overwritten.
     """
+    _remove_stale_temporaries(target)
     for _ in range(8):
-        tmp = target.parent / f".{target.name}.{secrets.token_hex(6)}.tmp"
+        tmp = _temporary_name(target, os.getpid(), secrets.token_hex(6))
         try:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
         except FileExistsError:

@@ -5,7 +5,10 @@ from __future__ import annotations
 import csv
 import io
 import os
+import signal
 import stat
+import subprocess
+import sys
 
 import pytest
 
@@ -163,3 +166,53 @@ def test_a_folder_that_refuses_new_files_is_a_usage_error(tmp_path, monkeypatch)
         write_atomic(tmp_path / "x.json", "{}")
     assert "writable" in err.value.hint
     assert names(tmp_path) == []
+
+
+# --- killed mid-write ------------------------------------------------------------------------
+
+
+def _dead_pid() -> int:
+    """The id of a process that has exited (and been reaped)."""
+    done = subprocess.run(
+        [sys.executable, "-c", "import os; print(os.getpid())"],
+        check=True,
+        capture_output=True,
+        text=True,
+    )
+    return int(done.stdout)
+
+
+def test_a_later_write_removes_what_a_killed_writer_left(tmp_path):
+    target = tmp_path / "out.json"
+    stale = tmp_path / f".out.json.rtgraph-{_dead_pid()}-abc123.tmp"
+    stale.write_bytes(b"half a file")
+    busy = tmp_path / f".out.json.rtgraph-{os.getppid()}-def456.tmp"  # a live writer's
+    busy.write_bytes(b"being written")
+    other = tmp_path / f".other.json.rtgraph-{_dead_pid()}-abc123.tmp"  # another target's
+    other.write_bytes(b"not ours to judge")
+    write_atomic(target, "{}\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["out.json", busy.name, other.name])
+
+
+def test_sigterm_mid_write_removes_the_temporary_and_keeps_the_old_file(tmp_path):
+    """The command line turns SIGTERM into an orderly exit (status 143) that cleans up."""
+    target = tmp_path / "out.json"
+    target.write_text("old\n")
+    script = (
+        "import sys, time\n"
+        "from rtgraph.files import atomic_output, exit_on_sigterm\n"
+        "exit_on_sigterm()\n"
+        "with atomic_output(sys.argv[1]) as out:\n"
+        "    out.write(b'partial'); out.flush()\n"
+        "    print('writing', flush=True)\n"
+        "    time.sleep(60)\n"
+    )
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, str(target)], stdout=subprocess.PIPE, text=True
+    )
+    assert child.stdout.readline() == "writing\n"
+    assert len(list(tmp_path.iterdir())) == 2  # the target and its temporary
+    child.send_signal(signal.SIGTERM)
+    assert child.wait(timeout=30) == 143
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+    assert target.read_text() == "old\n"
