@@ -24,8 +24,11 @@ order. The emulator runs when the host needs an answer — ``synchronize()``,
 ``Tensor.numpy()``/``cpu()`` — and it runs the whole recorded program from the start (see
 :mod:`.context`). As on CUDA and CANN, nothing orders work on two streams except events: a
 stream that reads another stream's result without ``wait_event`` really races in the
-emulator, and :func:`last_run` shows the races its detector saw. The full guide is
-``docs/runtime-api.md``.
+emulator, and :func:`last_run` shows the races its detector saw.
+
+The API is thread-safe in ``torch.cuda``'s way: the current device and each device's current
+stream are per thread, everything else is shared under one lock (:mod:`.state`). The full
+guide is ``docs/runtime-api.md``.
 """
 
 from __future__ import annotations
@@ -50,7 +53,7 @@ from rtgraph.runtime.memory import (
     memory_snapshot,
     memory_stats,
 )
-from rtgraph.runtime.state import DEFAULT_ALLOCATOR, DEFAULT_DEVICE, context, reset
+from rtgraph.runtime.state import DEFAULT_ALLOCATOR, DEFAULT_DEVICE, context, locked, reset
 from rtgraph.runtime.streams import (
     Event,
     Stream,
@@ -63,6 +66,7 @@ from rtgraph.runtime.tensors import Tensor, empty, from_numpy, tensor
 from rtgraph.stream_program.program import StreamProgram
 
 
+@locked
 def last_run(device: int | str | None = None) -> RunResult | None:
     """The result of the device's latest emulated run (None before the first).
 
@@ -71,12 +75,14 @@ def last_run(device: int | str | None = None) -> RunResult | None:
     return context(device).result
 
 
+@locked
 def races(device: int | str | None = None) -> list[ObservedRace]:
     """The races the emulator's detector saw in the latest run (empty before the first)."""
     result = last_run(device)
     return [] if result is None else list(result.races)
 
 
+@locked
 def describe_races(device: int | str | None = None) -> list[str]:
     """The races of the latest run, one sentence each, naming tasks and streams."""
     result = last_run(device)
@@ -86,6 +92,7 @@ def describe_races(device: int | str | None = None) -> list[str]:
     return [r.describe(names) for r in result.races]
 
 
+@locked
 def recorded_program(device: int | str | None = None) -> StreamProgram:
     """Everything recorded on the device so far, as a stream program (for reports)."""
     return context(device).recorder.program()

@@ -15,11 +15,20 @@ nothing new has been recorded.
 
 The host clock: the emulated host thread finishes submitting the recorded commands at some
 time; :meth:`Context.host_now` is that time, and ``query()`` answers "was this done by then".
+
+Threads: the current stream is per thread (each starts on the default stream), as in
+``torch.cuda``; everything else here is shared, and its callers hold the runtime's lock
+(:data:`rtgraph.runtime.state.LOCK`). A tensor or event can die on any thread at any moment
+(the cyclic garbage collector runs where it likes, even inside an allocator call), so its
+finalizer only queues the block or event id; :meth:`Context.collect` frees them at the next
+entry into the runtime, before that entry looks at memory or event ids.
 """
 
 from __future__ import annotations
 
+import threading
 import weakref
+from collections import deque
 from dataclasses import dataclass, field
 from heapq import heappop, heappush
 
@@ -64,9 +73,10 @@ class PendingCopy:
 
 
 def _release(ctx_ref: weakref.ref[Context], handle: int, stream: int, used_on: list[int]) -> None:
+    """A storage's finalizer (any thread, any moment): queue the block for :meth:`collect`."""
     ctx = ctx_ref()
     if ctx is not None and ctx.alive:
-        ctx.release(handle, stream, used_on)
+        ctx.died(("storage", handle, stream, used_on))
 
 
 def _host_end(result: RunResult) -> float:
@@ -85,7 +95,7 @@ class Context:
             allocator, spec.memory, base_address=0, **options
         )
         self.recorder = Recorder(spec, f"runtime:{spec.name}", f"runtime:{allocator}")
-        self.current_stream = 0
+        self._threads = threading.local()  # each thread's current stream
         self.stream_priority: dict[int, int] = {0: 0}
         self.result: RunResult | None = None
         self.error: RtgError | None = None
@@ -95,6 +105,35 @@ class Context:
         self._deferred: list[tuple[int, int, list[int]]] = []  # handle, stream, streams left
         self._free_events: list[int] = []  # ids of events that died, lowest reused first
         self._copies: list[PendingCopy] = []  # device-to-host copies not landed yet
+        self._dead: deque[tuple] = deque()  # storages and events that died, not yet freed
+
+    # --- per thread --------------------------------------------------------------------------
+    @property
+    def current_stream(self) -> int:
+        """The calling thread's current stream on this device (the default stream, 0, unless
+        the thread chose another)."""
+        return getattr(self._threads, "stream", 0)
+
+    @current_stream.setter
+    def current_stream(self, sid: int) -> None:
+        self._threads.stream = sid
+
+    # --- what died -----------------------------------------------------------------------------
+    def died(self, what: tuple) -> None:
+        """Queue a dead storage ``("storage", handle, stream, used_on)`` or event
+        ``("event", id)``. Safe from a finalizer on any thread: a deque's append is atomic."""
+        self._dead.append(what)
+
+    def collect(self) -> None:
+        """Free the storages and event ids queued by :meth:`died` (caller holds the lock)."""
+        while self._dead:
+            what = self._dead.popleft()
+            if not self.alive:
+                continue
+            if what[0] == "storage":
+                self.release(*what[1:])
+            else:
+                self.release_event(what[1])
 
     # --- checks ----------------------------------------------------------------------------
     def check_alive(self, what: str) -> None:

@@ -16,6 +16,7 @@ from rtgraph.dtypes import to_value
 from rtgraph.errors import DTypeError, ShapeError, UsageError
 from rtgraph.ops.registry import lookup
 from rtgraph.runtime.ops import launch
+from rtgraph.runtime.state import locked
 from rtgraph.runtime.tensor_data import TensorData
 
 
@@ -32,6 +33,7 @@ def _check_same(dst: TensorData, src: TensorData) -> None:
         )
 
 
+@locked
 def copy_into(dst: TensorData, src: TensorData, non_blocking: bool = False) -> None:
     """``dst.copy_(src)``: pick the kind of copy by where the two tensors live."""
     if not isinstance(src, TensorData):
@@ -111,6 +113,7 @@ def _host_value(host: TensorData) -> np.ndarray:
     return host._array
 
 
+@locked
 def resolve(host: TensorData) -> None:
     """Land every device-to-host copy into ``host`` before the host reads or writes it.
 

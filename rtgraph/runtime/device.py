@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from rtgraph.runtime.state import context, device_index, runtime, set_current
+from rtgraph.runtime.state import context, device_index, locked, runtime, set_current
 
 
 @dataclass(frozen=True)
@@ -35,11 +35,13 @@ class DeviceProperties:
     event_mode: str
 
 
+@locked
 def device_count() -> int:
     """How many devices there are (the shipped specs, plus any loaded by path)."""
     return len(runtime().specs)
 
 
+@locked
 def set_device(device: int | str) -> None:
     """Make ``device`` (an index, ``"npu:<i>"``, a name like ``"toy"`` or a spec path) current."""
     set_current(device_index(device))
@@ -50,11 +52,13 @@ def current_device() -> int:
     return runtime().current
 
 
+@locked
 def get_device_name(device: int | str | None = None) -> str:
     """The name of a device (the current one by default)."""
     return runtime().specs[device_index(device)].name
 
 
+@locked
 def get_device_properties(device: int | str | None = None) -> DeviceProperties:
     """Name, memory, core counts and scheduler limits of a device (the current one by default)."""
     index = device_index(device)
@@ -78,6 +82,7 @@ def get_device_properties(device: int | str | None = None) -> DeviceProperties:
     )
 
 
+@locked
 def synchronize(device: int | str | None = None) -> None:
     """Block the host until all work recorded on the device has completed (runs the emulator)."""
     ctx = context(device)

@@ -27,6 +27,7 @@ from rtgraph.errors import CheckError, DTypeError, InputError, ShapeError, Usage
 from rtgraph.ir.graph import UNITS, TensorType
 from rtgraph.ops.registry import OpDef, OpError, all_ops
 from rtgraph.runtime.context import Context
+from rtgraph.runtime.state import locked
 from rtgraph.runtime.tensor_data import TensorData, dtype_name
 from rtgraph.timing.costmodel import block_dim_for, compute_us
 
@@ -128,6 +129,7 @@ def _context_of(op: OpDef, tensors: Sequence[TensorData]) -> Context:
     return ctx
 
 
+@locked
 def launch(
     op: OpDef,
     tensors: Sequence[TensorData],
@@ -210,6 +212,7 @@ def _split(op: OpDef, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[Ten
 
 
 def _make(op: OpDef) -> Callable[..., TensorData]:
+    @locked
     def call(*args: Any, **kwargs: Any) -> TensorData:
         tensors = _split(op, args, kwargs)
         return launch(op, tensors, attributes(op, kwargs))

@@ -1,17 +1,34 @@
-"""The process-wide runtime: the device table, the current device, one context per device.
+"""The process-wide runtime: the device table, each thread's current device, one context per
+device, and the lock that makes the API safe to call from many threads.
 
 Devices are the shipped specs in the index order of :func:`rtgraph.device.list_devices`
-(sorted by name: ``ascend-310p`` 0, ``ascend-910b`` 1, ``toy`` 2); the current device starts
-as :data:`DEFAULT_DEVICE`. ``set_device`` also takes the path of a user's ``.toml`` spec,
-which is appended to the table (once per file). Contexts are made on first use. The state is
-global and not thread-safe, like the current device and stream of one host thread.
+(sorted by name: ``ascend-310p`` 0, ``ascend-910b`` 1, ``toy`` 2). ``set_device`` also takes
+the path of a user's ``.toml`` spec, which is appended to the table (once per file). Contexts
+are made on first use.
+
+Threads, as in ``torch.cuda``: the current device is per thread (every thread starts on
+:data:`DEFAULT_DEVICE`), and so is each device's current stream (see
+:class:`~.context.Context`). Everything else — the device table, the contexts with their
+recorders, allocators, event pools and runs — is shared and guarded by one re-entrant lock,
+:data:`LOCK`, which every public entry of the runtime takes through :func:`locked`. One lock
+for the whole runtime rather than one per context: Python runs one thread at a time anyway
+(the emulator is pure Python, so a lock per device would buy no parallelism), and a single
+lock cannot deadlock — some calls touch two devices (reading a host tensor runs the device
+that copies into it), and with a lock per device two threads could take them in opposite
+orders. The lock is never held while user code runs, and the finalizers of dead tensors and
+events do not take it: they queue the block or id, and the next entry frees it (see
+:meth:`~.context.Context.collect`).
 """
 
 from __future__ import annotations
 
+import functools
 import re
+import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ParamSpec, TypeVar
 
 from rtgraph.device import check_compatibility, list_devices, load_device
 from rtgraph.device.spec import DeviceSpec
@@ -24,20 +41,60 @@ DEFAULT_ALLOCATOR = "pytorch"
 _NPU = re.compile(r"^npu(?::(\d+))?$")
 HOST_NAMES = ("cpu", "host")
 
+#: The runtime's one lock: every public entry holds it while it reads or changes shared state
+#: (re-entrant, so an entry may call another). See the module docs for why there is one.
+LOCK = threading.RLock()
+_depth = 0  # how deeply the holder of LOCK has entered; changed only while holding it
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+def locked(fn: Callable[P, R]) -> Callable[P, R]:
+    """``fn`` run holding :data:`LOCK`; the outermost entry first frees what died meanwhile."""
+
+    @functools.wraps(fn)
+    def entry(*args: P.args, **kwargs: P.kwargs) -> R:
+        global _depth
+        with LOCK:
+            _depth += 1
+            try:
+                if _depth == 1 and _runtime is not None:
+                    for ctx in _runtime.contexts.values():
+                        ctx.collect()
+                return fn(*args, **kwargs)
+            finally:
+                _depth -= 1
+
+    return entry
+
 
 @dataclass
 class Runtime:
+    """The device table and the contexts (shared), and each thread's current device."""
+
     specs: list[DeviceSpec]
-    current: int
+    default: int  # the index every thread starts on
     allocator: str = DEFAULT_ALLOCATOR
     allocator_options: dict[str, object] = field(default_factory=dict)
     contexts: dict[int, Context] = field(default_factory=dict)
     paths: dict[str, int] = field(default_factory=dict)  # spec file (resolved) -> index
+    threads: threading.local = field(default_factory=threading.local)
+
+    @property
+    def current(self) -> int:
+        """The calling thread's current device."""
+        return getattr(self.threads, "device", self.default)
+
+    @current.setter
+    def current(self, index: int) -> None:
+        self.threads.device = index
 
 
 _runtime: Runtime | None = None
 
 
+@locked
 def runtime() -> Runtime:
     """The runtime, made on first use."""
     global _runtime
@@ -48,6 +105,7 @@ def runtime() -> Runtime:
     return _runtime
 
 
+@locked
 def device_index(device: int | str | None) -> int:
     """The table index a device argument names: None/"npu" (current), an index, "npu:i", a
     shipped name, or the path of a device spec (loaded and appended to the table)."""
@@ -97,6 +155,7 @@ def _table(rt: Runtime) -> str:
     return ", ".join(f"{i} {s.name}" for i, s in enumerate(rt.specs))
 
 
+@locked
 def context(device: int | str | None = None) -> Context:
     """The context of a device (the current one by default), made on first use."""
     rt = runtime()
@@ -109,14 +168,16 @@ def context(device: int | str | None = None) -> Context:
 
 
 def set_current(index: int) -> None:
+    """Make ``index`` the calling thread's current device."""
     runtime().current = index
 
 
+@locked
 def reset(allocator: str = DEFAULT_ALLOCATOR, **options: object) -> None:
-    """Discard every device's recorded work, streams, events and tensors (the device table and
-    the current device stay). ``allocator`` — ``pytorch`` (default), ``pool``, ``direct`` or
-    ``buddy`` — and its ``options`` (see :func:`rtgraph.alloc.from_memory_spec`) serve device
-    memory from now on."""
+    """Discard every device's recorded work, streams, events and tensors, for every thread
+    (the device table and each thread's current device stay). ``allocator`` — ``pytorch``
+    (default), ``pool``, ``direct`` or ``buddy`` — and its ``options`` (see
+    :func:`rtgraph.alloc.from_memory_spec`) serve device memory from now on."""
     rt = runtime()
     fresh = Context(rt.current, rt.specs[rt.current], allocator, **options)  # checks the kind
     for ctx in rt.contexts.values():

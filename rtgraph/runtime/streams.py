@@ -23,7 +23,7 @@ from contextlib import contextmanager
 from rtgraph.emulator import RunResult
 from rtgraph.errors import DeviceError, UsageError
 from rtgraph.runtime.context import Context
-from rtgraph.runtime.state import context, runtime, set_current
+from rtgraph.runtime.state import context, locked, runtime, set_current
 
 
 class Stream:
@@ -33,6 +33,7 @@ class Stream:
     has ``scheduler.priorities`` levels (8 on the shipped specs).
     """
 
+    @locked
     def __init__(self, priority: int = 0, *, device: int | str | None = None) -> None:
         ctx = context(device)
         levels = ctx.spec.scheduler.priorities
@@ -63,10 +64,12 @@ class Stream:
         self._ctx.check_alive(f"stream {self.id}")
         return self._ctx
 
+    @locked
     def synchronize(self) -> None:
         """Block the host until everything submitted to this stream has completed."""
         self._checked().synchronize("stream", self.id)
 
+    @locked
     def query(self) -> bool:
         """Whether everything submitted to this stream had completed by the host's "now"."""
         ctx = self._checked()
@@ -78,6 +81,7 @@ class Stream:
             raise UsageError(f"wait_event: expected an Event, got {type(event).__name__}")
         event.wait(self)
 
+    @locked
     def wait_stream(self, stream: Stream) -> None:
         """Later work on this stream waits for all work submitted to ``stream`` so far."""
         if not isinstance(stream, Stream):
@@ -86,6 +90,7 @@ class Stream:
         same_device(self, stream, "wait_stream")
         self.wait_event(stream.record_event(Event(device=self.device)))
 
+    @locked
     def record_event(self, event: Event | None = None) -> Event:
         """Record ``event`` (a new one if None) on this stream and return it."""
         event = Event(device=self.device) if event is None else event
@@ -119,17 +124,20 @@ def same_device(a: Stream, b: Stream, what: str) -> None:
         )
 
 
+@locked
 def current_stream(device: int | str | None = None) -> Stream:
     """The stream operations are enqueued on (the default stream unless changed)."""
     ctx = context(device)
     return Stream._of(ctx, ctx.current_stream)
 
 
+@locked
 def default_stream(device: int | str | None = None) -> Stream:
     """Stream 0 of the device."""
     return Stream._of(context(device), 0)
 
 
+@locked
 def set_stream(s: Stream) -> None:
     """Make ``s`` the current stream, and its device the current device."""
     ctx = s._checked()
@@ -160,9 +168,10 @@ def stream(s: Stream | None) -> Iterator[Stream | None]:
 
 
 def _release(ctx_ref: weakref.ref[Context], event: int) -> None:
+    """An event's finalizer (any thread, any moment): queue its id for the next entry."""
     ctx = ctx_ref()
     if ctx is not None:
-        ctx.release_event(event)
+        ctx.died(("event", event))
 
 
 class Event:
@@ -175,6 +184,7 @@ class Event:
     compatibility; the emulated host's sync costs the same either way.
     """
 
+    @locked
     def __init__(
         self,
         enable_timing: bool = False,
@@ -220,12 +230,14 @@ class Event:
             hint="record the event before waiting on it",
         )
 
+    @locked
     def record(self, stream: Stream | None = None) -> None:
         """Capture the work submitted so far to ``stream`` (the current stream by default)."""
         ctx = self._checked()
         s = self._stream(stream, "record")
         self._generation = ctx.recorder.record(s.id, self.id)
 
+    @locked
     def wait(self, stream: Stream | None = None) -> None:
         """Make later work on ``stream`` (the current one by default) wait for this event."""
         ctx = self._checked()
@@ -237,6 +249,7 @@ class Event:
             return  # cuda: a no-op
         ctx.recorder.wait(s.id, self.id)
 
+    @locked
     def synchronize(self) -> None:
         """Block the host until the latest record of this event has completed."""
         ctx = self._checked()
@@ -247,6 +260,7 @@ class Event:
             return
         ctx.synchronize("event", self.id)
 
+    @locked
     def query(self) -> bool:
         """Whether the latest record had completed by the host's "now" (True if never recorded)."""
         ctx = self._checked()
@@ -255,6 +269,7 @@ class Event:
         done = ctx.record_time(self.id, self._generation)
         return done is not None and done <= ctx.host_now()
 
+    @locked
     def completed_at(self) -> float | None:
         """When the latest record completed on the emulated clock (µs), if it has by "now"."""
         ctx = self._checked()
@@ -263,6 +278,7 @@ class Event:
         done = ctx.record_time(self.id, self._generation)
         return done if done is not None and done <= ctx.host_now() else None
 
+    @locked
     def elapsed_time(self, end_event: Event) -> float:
         """Milliseconds of emulated time from this event's latest record to ``end_event``'s."""
         for e, which in ((self, "start"), (end_event, "end")):

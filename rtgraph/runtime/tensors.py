@@ -30,7 +30,7 @@ from rtgraph.dtypes import DTYPES, to_value
 from rtgraph.errors import InputError, UsageError
 from rtgraph.runtime import ops
 from rtgraph.runtime.copies import copy_into, resolve
-from rtgraph.runtime.state import HOST_NAMES, context
+from rtgraph.runtime.state import HOST_NAMES, context, locked
 from rtgraph.runtime.streams import Stream
 from rtgraph.runtime.tensor_data import (
     NUMPY_DTYPES,
@@ -47,6 +47,7 @@ class Tensor(TensorData):
     or an operation in :mod:`rtgraph.runtime.ops`."""
 
     # --- values and copies -----------------------------------------------------------------
+    @locked
     def numpy(self) -> np.ndarray:
         """The value (the dtype's value form): for a device tensor a synchronous copy to the
         host (runs the emulator); for a host tensor its array, once pending copies landed."""
@@ -56,6 +57,7 @@ class Tensor(TensorData):
         assert self._array is not None
         return self._array
 
+    @locked
     def cpu(self) -> Tensor:
         """A host tensor holding this tensor's value (a pageable copy for a device tensor)."""
         if self._storage is None:
@@ -63,6 +65,7 @@ class Tensor(TensorData):
         host = Tensor._on_host(np.zeros(self.shape, DTYPES[self.dtype].value), self.dtype, False)
         return host.copy_(self)
 
+    @locked
     def to_device(self, device: int | str | None = None, non_blocking: bool = False) -> Tensor:
         """A copy on ``device`` (default: the current one), enqueued on its current stream.
 
@@ -83,18 +86,21 @@ class Tensor(TensorData):
             return self.cpu()
         return self.to_device(device, non_blocking)
 
+    @locked
     def copy_(self, src: Tensor, non_blocking: bool = False) -> Tensor:
         """Copy ``src`` into this tensor (same shape and dtype): a host-to-device, device-to-host
         or device-to-device DMA task on the current stream, or a host copy; returns self."""
         copy_into(self, src, non_blocking)
         return self
 
+    @locked
     def pin_memory(self) -> Tensor:
         """A copy of this host tensor in pinned (page-locked) host memory."""
         if self._storage is not None:
             raise UsageError("pin_memory() is for host tensors", hint="call .cpu() first")
         return Tensor._on_host(np.array(self.numpy(), copy=True), self.dtype, True)
 
+    @locked
     def record_stream(self, stream: Any) -> None:
         """Declare that ``stream`` uses this device tensor: its memory is not reused until the
         host has synchronized with ``stream`` after the tensor died."""
@@ -143,6 +149,7 @@ class Tensor(TensorData):
 # --- factories -----------------------------------------------------------------------------
 
 
+@locked
 def empty(
     shape: Sequence[int] | int,
     dtype: object = "f32",
@@ -163,6 +170,7 @@ def empty(
     return Tensor._allocate(context(device), dims, name)
 
 
+@locked
 def tensor(
     data: Any,
     dtype: object = None,
