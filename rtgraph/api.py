@@ -120,12 +120,25 @@ def run(
     params: Mapping[str, np.ndarray] | None = None,
     seed: int = 0,
     numerics: bool = True,
+    fill_missing: bool = False,
     **options: Any,
 ):
-    """Run a stream program on the emulated device; returns the emulator's result."""
+    """Run a stream program on the emulated device; returns the emulator's result.
+
+    ``inputs`` / ``params`` given must hold every input / param of the program, unless
+    ``fill_missing`` generates the missing ones from ``seed`` (0 to 2**63 - 1); not given, all
+    of them are generated.
+    """
     spec = device_for(device, program.device)
     return emulator.run(
-        program, spec, inputs=inputs, params=params, seed=seed, numerics=numerics, **options
+        program,
+        spec,
+        inputs=inputs,
+        params=params,
+        seed=seed,
+        numerics=numerics,
+        fill_missing=fill_missing,
+        **options,
     )
 
 

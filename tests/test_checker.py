@@ -570,5 +570,7 @@ def test_every_op_of_the_language_checks_and_runs() -> None:
     assert ty(p, "ca").dtype == "bf16" and ty(p, "wh").dtype == "f32"
     out = rtgraph.evaluate(p, seed=3)
     assert {name: out[name].shape for name in out} == expected
-    m = rtgraph.evaluate(p, seed=3, inputs={"m": np.arange(64, dtype=np.float32).reshape(8, 8)})
+    m = rtgraph.evaluate(
+        p, seed=3, inputs={"m": np.arange(64, dtype=np.float32).reshape(8, 8)}, fill_missing=True
+    )
     np.testing.assert_array_equal(m["sl"], np.arange(8, 56, dtype=np.float32).reshape(6, 8))

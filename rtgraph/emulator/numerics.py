@@ -12,9 +12,10 @@ finishes sees the old bytes. ``h2d`` reads the host array at start and writes de
 finish; ``d2h`` reads device memory at start and delivers the host output at finish. A failed
 task (injected fault, non-finite result under ``check_finite``) writes nothing.
 
-Inputs and params not supplied are generated exactly as the reference interpreter generates
-them (:func:`rtgraph.ir.data.generate`, seeded by name), so a race-free program reproduces the
-interpreter's outputs bit for bit.
+Supplied inputs and params are checked exactly as the reference interpreter checks them
+(:mod:`rtgraph.ir.data`: declared names, every one present unless ``fill_missing``, shapes,
+lossless conversion); the others are generated as the interpreter generates them (seeded by
+name), so a race-free program reproduces the interpreter's outputs bit for bit.
 """
 
 from __future__ import annotations
@@ -25,11 +26,11 @@ from typing import Any
 import numpy as np
 
 from rtgraph.dtypes import DTYPES, from_storage, to_storage, to_value
-from rtgraph.errors import DeviceError, InputError, StreamProgramError, did_you_mean
-from rtgraph.ir.data import generate
+from rtgraph.errors import DeviceError, StreamProgramError
+from rtgraph.ir.data import check_names, check_seed, generate, supplied_value
 from rtgraph.ir.graph import TensorType
 from rtgraph.ops.registry import lookup, run_kernel
-from rtgraph.stream_program.program import HostTensor, Operand, StreamProgram, Task
+from rtgraph.stream_program.program import Operand, StreamProgram, Task
 
 # Plan kinds.
 _OP, _H2D, _D2H = 0, 1, 2
@@ -77,43 +78,37 @@ def _contiguous(name: str, offset: int, shape: tuple[int, ...], dtype: str) -> O
     return Operand(name, offset, tuple(shape), tuple(reversed(strides)), dtype)
 
 
-def _checked(h: HostTensor, array: Any, origin: str) -> np.ndarray:
-    array = np.asarray(array)
-    if array.dtype.kind not in "fiub":
-        raise InputError(f"{origin} '{h.name}' has dtype {array.dtype}, not numeric")
-    if tuple(array.shape) != tuple(h.shape):
-        raise InputError(
-            f"{origin} '{h.name}' has shape {list(array.shape)}, "
-            f"the program declares {list(h.shape)}",
-            hint=f"supply an array of shape {list(h.shape)} ({h.dtype})",
-        )
-    return np.ascontiguousarray(to_value(array, h.dtype))
-
-
 def host_values(
     program: StreamProgram,
     inputs: Mapping[str, np.ndarray] | None,
     params: Mapping[str, np.ndarray] | None,
     seed: int,
+    *,
+    fill_missing: bool = False,
 ) -> dict[str, np.ndarray]:
-    """Value-form arrays of every input, param and const: supplied ones checked, others made."""
-    supplied = {"input": dict(inputs or {}), "param": dict(params or {})}
+    """Value-form arrays of every input, param and const: supplied ones checked (as the
+    interpreter checks them), the others generated — a mapping given must hold every input
+    (param) unless ``fill_missing``. An input's errors point at its ``h2d`` copy's span."""
+    seed = check_seed(seed)
+    spans = {t.host: t.span for t in program.tasks if t.op == "h2d" and t.host is not None}
+    supplied = {"input": inputs, "param": params}
     for role, given in supplied.items():
-        known = sorted(h.name for h in program.host_tensors if h.role == role)
-        for name in sorted(given):
-            if name not in known:
-                raise InputError(
-                    f"{role} '{name}' supplied but program '{program.name}' declares no such "
-                    f"{role}",
-                    hint=did_you_mean(name, known)
-                    or f"its {role}s are: {', '.join(known) or '(none)'}",
-                )
+        if given is not None:
+            declared = {h.name: spans.get(h.name) for h in program.host_tensors if h.role == role}
+            check_names(role, list(given), declared, program.name, fill_missing=fill_missing)
     values: dict[str, np.ndarray] = {}
     for h in program.host_tensors:
         if h.role in ("input", "param"):
-            given = supplied[h.role].get(h.name)
+            given = (supplied[h.role] or {}).get(h.name)
             if given is not None:
-                values[h.name] = _checked(h, given, h.role)
+                values[h.name] = supplied_value(
+                    given,
+                    label=h.name,
+                    origin=h.role,
+                    shape=tuple(h.shape),
+                    dtype=h.dtype,
+                    span=spans.get(h.name),
+                )
             else:
                 values[h.name] = generate(h.name, h.shape, h.dtype, seed, param=h.role == "param")
         elif h.role == "const":
@@ -132,11 +127,12 @@ class Numerics:
         params: Mapping[str, np.ndarray] | None = None,
         seed: int = 0,
         check_finite: bool = False,
+        fill_missing: bool = False,
     ) -> None:
         self.memory = DeviceMemory(program.memory.total_bytes)
         self.check_finite = check_finite
         self.outputs: dict[str, np.ndarray] = {}
-        values = host_values(program, inputs, params, seed)
+        values = host_values(program, inputs, params, seed, fill_missing=fill_missing)
         self._load_resident(program, values)
         self._host = {h.name: values[h.name] for h in program.host_tensors if h.role == "input"}
         self._plans = [self._plan(t) for t in program.tasks]

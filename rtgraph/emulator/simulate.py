@@ -22,6 +22,7 @@ from numbers import Integral
 import numpy as np
 
 from rtgraph.device.spec import DeviceSpec
+from rtgraph.emulator.admission import check_against_device
 from rtgraph.emulator.hardware import Hardware
 from rtgraph.emulator.host import Host
 from rtgraph.emulator.numerics import Numerics
@@ -37,6 +38,7 @@ from rtgraph.emulator.results import (
     union_length,
 )
 from rtgraph.errors import DeadlockError, RtgError, UsageError
+from rtgraph.ir.data import check_seed
 from rtgraph.stream_program.program import Barrier, Record, StreamProgram, Sync, Wait, validate
 from rtgraph.timing.engine import Engine
 from rtgraph.timing.task_costs import profile_stretch, task_costs
@@ -57,8 +59,13 @@ def run(
     faults: Collection[int] = (),
     failure_mode: str | None = None,
     profile: str | None = None,
+    fill_missing: bool = False,
 ) -> RunResult:
     """Run ``program`` on the emulated ``device`` and return what happened.
+
+    ``inputs`` and ``params`` map host tensor names to arrays; a mapping given must hold every
+    input (param) of the program unless ``fill_missing``, which generates the missing ones from
+    ``seed`` (an integer from 0 to 2**63 - 1) as it generates all of them when none is given.
 
     ``numerics=False`` runs the timeline only (no memory, no kernels, no outputs).
     ``batch_size`` overrides the host's submission batch size for every stream (an int) or per
@@ -81,6 +88,7 @@ def run(
             faults,
             failure_mode,
             profile,
+            fill_missing,
         )
     finally:
         if paused:
@@ -99,8 +107,11 @@ def _run(
     faults: Collection[int],
     failure_mode: str | None,
     profile: str | None,
+    fill_missing: bool,
 ) -> RunResult:
     validate(program)
+    check_against_device(program, device)
+    seed = check_seed(seed)
     stretch = profile_stretch(profile, device)
     mode = failure_mode if failure_mode is not None else device.scheduler.failure_mode
     if mode not in FAILURE_MODES:
@@ -116,7 +127,7 @@ def _run(
     fault_set = frozenset(int(f) for f in faults)
     batches = _batch_sizes(program, device, batch_size)
     costs = task_costs(program, device, stretch)
-    nums = Numerics(program, inputs, params, seed, check_finite) if numerics else None
+    nums = Numerics(program, inputs, params, seed, check_finite, fill_missing) if numerics else None
 
     engine = Engine()
     hw = Hardware(engine, program, device, costs, nums, fault_set, mode)

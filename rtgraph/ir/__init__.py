@@ -2,7 +2,8 @@
 
 :mod:`.graph` holds the IR's types (a table of tensors and a list of nodes in program order),
 :mod:`.printing` its readable listing, :mod:`.interpreter` the oracle every compiled run is
-compared with, and :mod:`.data` the seeded values of inputs and params the user did not supply.
+compared with, :mod:`.data` the seeded values of inputs and params and the checks of supplied
+ones, and :mod:`.npz` the reading of ``.npz`` files as untrusted data.
 """
 
 from rtgraph.dtypes import TensorType

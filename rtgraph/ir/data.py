@@ -1,27 +1,179 @@
-"""Deterministic data for inputs and params the user did not supply.
+"""The data of inputs and params: seeded values for those not supplied, checks for those that are.
 
-Every tensor's values depend only on the seed and the tensor's name, so the reference
+Every generated tensor's values depend only on the seed and the tensor's name, so the reference
 interpreter, the emulator and a re-run all see the same numbers whatever order they ask in.
 Params are scaled by 1/sqrt(fan-in) so that deep chains of matmuls stay in f16 range.
+
+Supplied data is checked the same way by the interpreter and the emulator: every name is one the
+program declares, every declared tensor is supplied unless the caller asked to fill the rest
+from the seed (``fill_missing``), each array has the declared shape, and converting it to the
+declared dtype loses nothing a user would not expect — a NaN never becomes INT_MIN, 300 never
+wraps to 44 in an ``i8``, 70000 never becomes ``inf`` in an ``f16``. Ordinary float rounding
+(f32 → f16) is allowed.
 """
 
 from __future__ import annotations
 
 import zlib
+from collections.abc import Collection, Mapping
+from numbers import Integral
 
 import numpy as np
 
 from rtgraph.dtypes import DTYPES, to_value
+from rtgraph.errors import InputError, Span, UsageError, did_you_mean
+
+#: The largest seed: seeds are integers from 0 to 2**63 - 1.
+MAX_SEED = 2**63 - 1
+
+#: The hint of a missing input or param.
+FILL_MISSING_HINT = "pass --fill-missing to generate them from --seed"
+
+
+def check_seed(seed: object) -> int:
+    """``seed`` as an int, or a usage error for a seed that is not an integer in range."""
+    if isinstance(seed, bool) or not isinstance(seed, Integral):
+        raise UsageError(
+            f"seed {seed!r} is not an integer", hint=f"a seed is an integer from 0 to {MAX_SEED}"
+        )
+    if not 0 <= seed <= MAX_SEED:
+        raise UsageError(
+            f"seed {seed} is out of range", hint=f"a seed is an integer from 0 to {MAX_SEED}"
+        )
+    return int(seed)
 
 
 def generate(
     name: str, shape: tuple[int, ...], dtype: str, seed: int, *, param: bool
 ) -> np.ndarray:
     """Values for tensor ``name`` (value form of ``dtype``), reproducible from ``seed``."""
-    rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
+    rng = np.random.default_rng([check_seed(seed), zlib.crc32(name.encode())])
     if not DTYPES[dtype].is_float:
         return to_value(rng.integers(-4, 5, size=shape), dtype)
     values = rng.standard_normal(size=shape, dtype=np.float32)
     if param and len(shape) >= 2:
         values *= np.float32(1.0 / np.sqrt(max(shape[-2], 1)))
     return to_value(values, dtype)
+
+
+def check_names(
+    role: str,
+    given: Collection[str],
+    declared: Mapping[str, Span | None],
+    owner: str,
+    *,
+    fill_missing: bool,
+) -> None:
+    """Refuse supplied ``role`` names the program does not declare, and — unless
+    ``fill_missing`` — declared ones not supplied (located at the first one's declaration)."""
+    extra = sorted(set(given) - set(declared))
+    if extra:
+        raise InputError(
+            f"{role} '{extra[0]}' supplied but program '{owner}' declares no such {role}",
+            hint=did_you_mean(extra[0], declared)
+            or f"its {role}s are: {', '.join(sorted(declared)) or '(none)'}",
+        )
+    missing = [name for name in declared if name not in given]
+    if missing and not fill_missing:
+        names = ", ".join(f"'{n}'" for n in missing)
+        what = f"{role} {names} is" if len(missing) == 1 else f"{role}s {names} are"
+        raise InputError(
+            f"{what} missing: the supplied {role}s must hold every {role} of program '{owner}'",
+            span=declared[missing[0]],
+            hint=FILL_MISSING_HINT,
+        )
+
+
+def supplied_value(
+    array: object,
+    *,
+    label: str,
+    origin: str,
+    shape: tuple[int, ...],
+    dtype: str,
+    span: Span | None = None,
+) -> np.ndarray:
+    """A supplied array as the C-contiguous value form of ``dtype``, or an error located at
+    the tensor's declaration: not numeric, the wrong shape, or a lossy conversion."""
+    array = np.asarray(array)
+    if array.dtype.kind not in "fiub":
+        raise InputError(f"{origin} '{label}' has dtype {array.dtype}, not numeric", span=span)
+    if tuple(array.shape) != tuple(shape):
+        raise InputError(
+            f"{origin} '{label}' has shape {list(array.shape)}, the program declares {list(shape)}",
+            span=span,
+            hint=f"supply an array of shape {list(shape)} ({dtype})",
+        )
+    with np.errstate(over="ignore", invalid="ignore"):  # overflow is found below, by element
+        value = to_value(array, dtype)
+    problem = _first_loss(array, value, dtype)
+    if problem is not None:
+        index, reason, hint = problem
+        shown = array[index].item()
+        raise InputError(
+            f"{origin} '{label}' holds {shown!r} at index {index}: {reason}", span=span, hint=hint
+        )
+    return value if value.flags.c_contiguous else np.ascontiguousarray(value)
+
+
+def _first_loss(
+    array: np.ndarray, value: np.ndarray, dtype: str
+) -> tuple[tuple[int, ...], str, str] | None:
+    """The first element that converting ``array`` to ``dtype`` (giving ``value``) would
+    change beyond float rounding: its index, why, and a hint; None when nothing is lost."""
+    kind = array.dtype.kind
+    if kind == "b" or array.size == 0:
+        return None
+    if DTYPES[dtype].is_float:
+        with np.errstate(invalid="ignore"):
+            bad = np.isfinite(array) & ~np.isfinite(value)
+        if not bad.any():
+            return None
+        return (
+            _index(bad),
+            f"beyond the largest finite {dtype} ({_largest(dtype):g}), it would become inf",
+            "scale the data into range, or declare the tensor with a wider float type",
+        )
+    info = np.iinfo(DTYPES[dtype].value)
+    if kind == "f":
+        wide = array.astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            nonfinite = ~np.isfinite(wide)
+            if nonfinite.any():
+                return (
+                    _index(nonfinite),
+                    f"{dtype} holds only finite whole numbers",
+                    "replace NaN and infinity before supplying it, or declare a float type",
+                )
+            fraction = wide != np.trunc(wide)
+            if fraction.any():
+                return (
+                    _index(fraction),
+                    f"{dtype} holds only whole numbers",
+                    "round the data yourself (numpy.rint) if that is what you mean",
+                )
+        outside = (wide < info.min) | (wide > info.max)
+    else:  # integers: compare exactly, whatever the signedness
+        outside = value.astype(array.dtype) != array
+        if kind == "u" and info.min < 0:
+            outside |= value < 0
+    if not outside.any():
+        return None
+    return (
+        _index(outside),
+        f"outside the range of {dtype} ({info.min} to {info.max})",
+        "supply values in range, or declare a wider type",
+    )
+
+
+def _largest(dtype: str) -> float:
+    """The largest finite value of a float dtype's value form (bf16 rounds to its own)."""
+    if dtype == "bf16":
+        return float(np.float32(3.3895313892515355e38))
+    return float(np.finfo(DTYPES[dtype].value).max)
+
+
+def _index(mask: np.ndarray) -> tuple[int, ...]:
+    """The first True element's index (row-major), as a tuple of ints."""
+    flat = int(np.argmax(mask.reshape(-1)))
+    return tuple(int(i) for i in np.unravel_index(flat, mask.shape))

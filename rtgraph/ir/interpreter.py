@@ -5,22 +5,23 @@ each op's registry kernel, and keeps every result C-contiguous — exactly the l
 writes into device memory — so that a race-free stream program reproduces these outputs bit for
 bit. Layout ops stay NumPy views where NumPy can make them views, as on the device.
 
-Inputs and params not supplied come from :func:`rtgraph.ir.data.generate` (seeded by name), or
-from ``.npz`` files loaded without unpickling.
+Inputs and params come from ``.npz`` files read as untrusted data (:mod:`rtgraph.ir.npz`) or
+mappings given in Python, checked by :mod:`rtgraph.ir.data`; a mapping must hold every input
+(param) unless ``fill_missing``; those not supplied are generated from the seed by name.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from pathlib import Path
 
 import numpy as np
 
 from rtgraph.dtypes import to_value
-from rtgraph.errors import CapacityError, InputError
-from rtgraph.ir.data import generate
+from rtgraph.errors import CapacityError
+from rtgraph.ir.data import check_names, check_seed, generate, supplied_value
 from rtgraph.ir.graph import OpNode, Program, Tensor
+from rtgraph.ir.npz import load_npz
 from rtgraph.ops import lookup, run_kernel
 
 #: Host memory the interpreter may use, in bytes (override with RTGRAPH_HOST_MEMORY).
@@ -32,37 +33,41 @@ def host_memory_limit() -> int:
     return int(value) if value and value.isdigit() else DEFAULT_HOST_MEMORY
 
 
-def load_npz(path: str | os.PathLike) -> dict[str, np.ndarray]:
-    """Arrays from an ``.npz`` file, never unpickling objects."""
-    try:
-        with np.load(Path(path), allow_pickle=False) as data:
-            return {k: data[k] for k in data.files}
-    except FileNotFoundError:
-        raise InputError(f"cannot read {path}: no such file") from None
-    except (OSError, ValueError) as e:
-        raise InputError(
-            f"cannot read {path} as .npz: {e}",
-            hint="write it with numpy.savez(path, name=array, ...); object arrays are refused",
-        ) from None
+def load_npz_for(program: Program, path: str | os.PathLike, role: str) -> dict[str, np.ndarray]:
+    """The ``.npz`` file of ``program``'s ``role`` tensors (``input`` or ``param``): an array
+    the program does not declare is refused before anything is decompressed."""
+    known = [t.name for t in program.tensors.values() if t.kind == role]
+    return load_npz(path, known=known, role=role, owner=program.name)
 
 
 def check_array(tensor: Tensor, array: np.ndarray, origin: str) -> np.ndarray:
-    """``array`` converted to ``tensor``'s value form, or a clear error if it does not fit."""
-    array = np.asarray(array)
-    if array.dtype.kind not in "fiub":
-        raise InputError(
-            f"{origin} '{tensor.label}' has dtype {array.dtype}, not numeric",
-            span=tensor.span,
-        )
-    if tuple(array.shape) != tensor.type.shape:
-        raise InputError(
-            f"{origin} '{tensor.label}' has shape {list(array.shape)}, "
-            f"the program declares {list(tensor.type.shape)}",
-            span=tensor.span,
-            hint=f"supply an array of shape {list(tensor.type.shape)} ({tensor.type.dtype})",
-        )
-    value = to_value(array, tensor.type.dtype)
-    return value if value.flags.c_contiguous else np.ascontiguousarray(value)
+    """``array`` converted to ``tensor``'s value form, or a clear error (located at the
+    tensor's declaration) if it does not fit: not numeric, the wrong shape, a lossy value."""
+    return supplied_value(
+        array,
+        label=tensor.label,
+        origin=origin,
+        shape=tensor.type.shape,
+        dtype=tensor.type.dtype,
+        span=tensor.span,
+    )
+
+
+def check_supplied(
+    program: Program,
+    inputs: Mapping[str, np.ndarray] | None,
+    params: Mapping[str, np.ndarray] | None,
+    *,
+    fill_missing: bool = False,
+) -> None:
+    """Refuse supplied names ``program`` does not declare and — for a mapping given, unless
+    ``fill_missing`` — declared inputs (params) missing from it. ``None`` supplies nothing:
+    every value is generated from the seed."""
+    for role, given in (("input", inputs), ("param", params)):
+        if given is None:
+            continue
+        declared = {t.name: t.span for t in program.tensors.values() if t.kind == role}
+        check_names(role, list(given), declared, program.name, fill_missing=fill_missing)
 
 
 def host_values(
@@ -70,20 +75,13 @@ def host_values(
     inputs: Mapping[str, np.ndarray] | None,
     params: Mapping[str, np.ndarray] | None,
     seed: int,
+    *,
+    fill_missing: bool = False,
 ) -> dict[str, np.ndarray]:
     """Values of every input, param and const: supplied ones checked, the rest generated."""
+    seed = check_seed(seed)
+    check_supplied(program, inputs, params, fill_missing=fill_missing)
     supplied = {"input": dict(inputs or {}), "param": dict(params or {})}
-    known = {
-        kind: {t.name for t in program.tensors.values() if t.kind == kind} for kind in supplied
-    }
-    for kind, given in supplied.items():
-        extra = sorted(set(given) - known[kind])
-        if extra:
-            raise InputError(
-                f"{kind} '{extra[0]}' supplied but program '{program.name}' declares no such "
-                f"{kind}",
-                hint=f"its {kind}s are: {', '.join(sorted(known[kind])) or '(none)'}",
-            )
     values: dict[str, np.ndarray] = {}
     for t in program.tensors.values():
         if t.kind in ("input", "param"):
@@ -118,10 +116,17 @@ def evaluate(
     inputs: Mapping[str, np.ndarray] | None = None,
     seed: int = 0,
     params: Mapping[str, np.ndarray] | None = None,
+    *,
+    fill_missing: bool = False,
 ) -> dict[str, np.ndarray]:
-    """Outputs of ``program`` by name (value form: bf16 as bf16-exact float32)."""
+    """Outputs of ``program`` by name (value form: bf16 as bf16-exact float32).
+
+    ``inputs`` and ``params`` map names to arrays; a mapping given must hold every input
+    (param) the program declares unless ``fill_missing``, which generates the missing ones from
+    ``seed`` as it generates everything when a mapping is not given at all.
+    """
     check_host_capacity(program)
-    values = host_values(program, inputs, params, seed)
+    values = host_values(program, inputs, params, seed, fill_missing=fill_missing)
     for node in program.nodes:
         if not isinstance(node, OpNode) or node.op == "kernel":
             continue
