@@ -30,9 +30,18 @@ from typing import Any, Literal
 
 from rtgraph.dtypes import DTYPES
 from rtgraph.errors import Source, Span, StreamProgramError
+from rtgraph.stream_program.references import check_references
+from rtgraph.stream_program.schema import (
+    MAX_JSON_DEPTH,
+    MAX_PROGRAM_JSON_BYTES,
+    SCHEMA_ID,
+    SCHEMA_VERSION,
+    check_depth,
+    check_document,
+)
 
-SCHEMA = "rtgraph.stream-program"
-VERSION = 1
+SCHEMA = SCHEMA_ID
+VERSION = SCHEMA_VERSION
 
 
 @dataclass(frozen=True)
@@ -274,11 +283,25 @@ class StreamProgram:
         return json.dumps(to_dict(self), indent=indent)
 
     @staticmethod
-    def from_json(text: str) -> StreamProgram:
+    def from_json(text: str | bytes) -> StreamProgram:
+        """Load the JSON form: size-capped before parsing, then every field checked."""
+        if len(text) > MAX_PROGRAM_JSON_BYTES:
+            raise StreamProgramError(
+                f"not loaded: the stream program's JSON is over {MAX_PROGRAM_JSON_BYTES:,} bytes",
+                hint="a compiled program is far smaller; this is not one rtgraph wrote",
+            )
         try:
             data = json.loads(text)
+        except RecursionError:
+            raise StreamProgramError(
+                f"not a stream program: JSON nested more than {MAX_JSON_DEPTH} levels deep"
+            ) from None
         except (json.JSONDecodeError, UnicodeDecodeError) as e:
             raise StreamProgramError(f"not a stream program: invalid JSON ({e})") from None
+        except ValueError:  # an integer longer than Python converts from text (4,300 digits)
+            raise StreamProgramError(
+                "not a stream program: a number in it has thousands of digits"
+            ) from None
         return from_dict(data)
 
 
@@ -309,7 +332,11 @@ def _operand_from(d: dict | None) -> Operand | None:
     if d is None:
         return None
     return Operand(
-        d["tensor"], int(d["offset"]), tuple(d["shape"]), tuple(d["strides"]), d["dtype"]
+        d["tensor"],
+        int(d["offset"]),
+        tuple(int(n) for n in d["shape"]),
+        tuple(int(n) for n in d["strides"]),
+        d["dtype"],
     )
 
 
@@ -404,6 +431,8 @@ def to_dict(p: StreamProgram) -> dict[str, Any]:
 
 
 def from_dict(data: Any) -> StreamProgram:
+    """Build a stream program from its JSON data, refusing any field that is malformed,
+    out of range or dangling, with the field's JSON path (:mod:`.schema`, :mod:`.references`)."""
     if not isinstance(data, dict) or data.get("schema") != SCHEMA:
         raise StreamProgramError(
             "not a stream program: missing schema marker",
@@ -414,70 +443,77 @@ def from_dict(data: Any) -> StreamProgram:
             f"stream program version {data.get('version')!r} is not supported",
             hint=f"this rtgraph reads version {VERSION}; recompile the program",
         )
-    try:
-        src = data.get("source")
-        source = Source(src["name"], src["text"]) if src else None
-        tasks = [
-            Task(
-                id=int(t["id"]),
-                name=t["name"],
-                op=t["op"],
-                unit=t["unit"],
-                inputs=tuple(_operand_from(o) for o in t["inputs"]),
-                output=_operand_from(t["output"]),
-                reads=tuple((int(a), int(b)) for a, b in t["reads"]),
-                writes=tuple((int(a), int(b)) for a, b in t["writes"]),
-                flops=int(t["flops"]),
-                bytes_read=int(t["bytes_read"]),
-                bytes_written=int(t["bytes_written"]),
-                block_dim=int(t["block_dim"]),
-                attrs=_tuplify(t["attrs"]),
-                duration_us=t["duration_us"],
-                host=t["host"],
-                deps=tuple(t["deps"]),
-                span=_span_from(t["span"], source),
-            )
-            for t in data["tasks"]
-        ]
-        commands: list[Command] = []
-        for c in data["commands"]:
-            c = dict(c)
-            kind = COMMAND_TYPES[c.pop("cmd")]
-            if "span" in c:
-                c["span"] = _span_from(c["span"], source)
-            commands.append(kind(**c))
-        mem = data["memory"]
-        regions = {
-            r["tensor"]: Region(
-                r["tensor"], int(r["offset"]), int(r["size"]), r["kind"], r["first"], r["last"]
-            )
-            for r in mem["regions"]
-        }
-        program = StreamProgram(
-            name=data["name"],
-            device=data["device"],
-            streams=[
-                StreamInfo(int(s["id"]), s["name"], int(s["priority"])) for s in data["streams"]
-            ],
-            tasks=tasks,
-            commands=commands,
-            memory=MemoryPlan(
-                mem["policy"], regions, int(mem["total_bytes"]), int(mem["alignment"])
-            ),
-            host_tensors=[
-                HostTensor(
-                    h["name"], h["role"], tuple(h["shape"]), h["dtype"], h["value"], h["pinned"]
-                )
-                for h in data["host_tensors"]
-            ],
-            num_events=int(data["num_events"]),
-            source=source,
-            meta=data.get("meta") or {},
+    check_depth(data)
+    check_document(data)
+    check_references(data)
+    src = data.get("source")
+    source = Source(src["name"], src["text"]) if src else None
+    tasks = [_task_from(t, source) for t in data["tasks"]]
+    commands: list[Command] = []
+    for c in data["commands"]:
+        c = dict(c)
+        kind = COMMAND_TYPES[c.pop("cmd")]
+        if "span" in c:
+            c["span"] = _span_from(c["span"], source)
+        commands.append(kind(**c))
+    mem = data["memory"]
+    regions = {
+        r["tensor"]: Region(
+            r["tensor"],
+            int(r["offset"]),
+            int(r["size"]),
+            r["kind"],
+            int(r["first"]),
+            int(r["last"]),
         )
-    except (KeyError, TypeError, ValueError, AttributeError) as e:
-        raise StreamProgramError(f"malformed stream program: {type(e).__name__}: {e}") from None
+        for r in mem["regions"]
+    }
+    program = StreamProgram(
+        name=data["name"],
+        device=data["device"],
+        streams=[StreamInfo(int(s["id"]), s["name"], int(s["priority"])) for s in data["streams"]],
+        tasks=tasks,
+        commands=commands,
+        memory=MemoryPlan(mem["policy"], regions, int(mem["total_bytes"]), int(mem["alignment"])),
+        host_tensors=[
+            HostTensor(
+                h["name"],
+                h["role"],
+                tuple(int(n) for n in h["shape"]),
+                h["dtype"],
+                h["value"],
+                h["pinned"],
+            )
+            for h in data["host_tensors"]
+        ],
+        num_events=int(data["num_events"]),
+        source=source,
+        meta=data.get("meta") or {},
+    )
     validate(program)
     return program
+
+
+def _task_from(t: dict[str, Any], source: Source | None) -> Task:
+    return Task(
+        id=int(t["id"]),
+        name=t["name"],
+        op=t["op"],
+        unit=t["unit"],
+        inputs=tuple(_operand_from(o) for o in t["inputs"]),
+        output=_operand_from(t["output"]),
+        reads=tuple((int(a), int(b)) for a, b in t["reads"]),
+        writes=tuple((int(a), int(b)) for a, b in t["writes"]),
+        flops=int(t["flops"]),
+        bytes_read=int(t["bytes_read"]),
+        bytes_written=int(t["bytes_written"]),
+        block_dim=int(t["block_dim"]),
+        attrs=_tuplify(t["attrs"]),
+        duration_us=t["duration_us"],
+        host=t["host"],
+        deps=tuple(int(d) for d in t["deps"]),
+        span=_span_from(t["span"], source),
+    )
 
 
 def validate(p: StreamProgram) -> None:

@@ -1,0 +1,75 @@
+"""Reading a stream program's JSON file: bounded before it is read, every error naming the file.
+
+:func:`read_stream_program` opens the file without blocking (a FIFO cannot hang it), refuses
+anything but a regular file, and refuses a file over
+:data:`~rtgraph.stream_program.schema.MAX_PROGRAM_JSON_BYTES` before reading a byte of it; what
+it reads is then checked field by field (:meth:`StreamProgram.from_json`). Every error starts
+with the file's name: ``out.json: tasks[3].duration_us: must be finite and ≥ 0, got NaN``.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from rtgraph.errors import RtgError, StreamProgramError
+from rtgraph.stream_program.program import StreamProgram
+from rtgraph.stream_program.schema import MAX_PROGRAM_JSON_BYTES
+
+
+def in_file(path: str | os.PathLike[str], error: RtgError) -> RtgError:
+    """``error`` (of the same kind) with its message prefixed by the file it is about."""
+    located = type(error)(f"{os.fspath(path)}: {error.message}", error.span, error.hint)
+    return located
+
+
+def read_stream_program(path: str | os.PathLike[str]) -> StreamProgram:
+    """The stream program in the JSON file at ``path``, refused with a located error when the
+    file is unreadable, too large, not JSON or not a valid stream program."""
+    shown = os.fspath(path)
+    try:
+        fd = os.open(shown, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as e:
+        raise StreamProgramError(f"cannot read {shown}: {e.strerror}") from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise StreamProgramError(f"{shown}: not a regular file")
+        if info.st_size > MAX_PROGRAM_JSON_BYTES:
+            raise _too_large(shown, info.st_size)
+        data = _read_at_most(fd, MAX_PROGRAM_JSON_BYTES + 1)
+    except OSError as e:
+        raise StreamProgramError(f"cannot read {shown}: {e.strerror}") from None
+    finally:
+        os.close(fd)
+    if len(data) > MAX_PROGRAM_JSON_BYTES:  # it grew after the size was looked at
+        raise _too_large(shown, len(data))
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise StreamProgramError(f"{shown}: not UTF-8 text, so not a stream program") from None
+    try:
+        return StreamProgram.from_json(text)
+    except StreamProgramError as e:
+        raise in_file(Path(shown), e) from None
+
+
+def _too_large(shown: str, size: int) -> StreamProgramError:
+    return StreamProgramError(
+        f"{shown}: {size:,} bytes is over the limit of {MAX_PROGRAM_JSON_BYTES:,} bytes for a "
+        "stream program's JSON",
+        hint="a compiled program is far smaller; this is not one rtgraph wrote",
+    )
+
+
+def _read_at_most(fd: int, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = os.read(fd, min(1 << 20, limit - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
