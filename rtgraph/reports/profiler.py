@@ -16,6 +16,12 @@ The report holds two msprof tables (column meanings in docs/profiling.md):
 * ``op_statistic`` — per op type and core type: count, total/avg/min/max time, share.
 
 ``write_csvs(report, folder)`` writes them as ``op_summary.csv`` and ``op_statistic.csv``.
+
+Every request is bounded before any run: at most :data:`MAX_PROFILE_ITERATIONS` iterations
+(each schedule field too) and :data:`MAX_PROFILE_TASK_RUNS` task executions (tasks ×
+iterations), which bounds both the emulation's work and the rows the report keeps.
+:func:`check_profile_options` checks mode, iterations and schedule alone, so a caller can refuse
+a request before compiling anything.
 """
 
 from __future__ import annotations
@@ -41,6 +47,17 @@ from rtgraph.timing.costmodel import compute_us
 
 MODES = ("task_trace", "op_trace")
 NONE, WARMUP, RECORD = "none", "warmup", "record"
+
+#: The most iterations one profile runs (``--iterations``), and the largest value of each field
+#: of a schedule (a cycle longer than the run records nothing). msprof and torch.profiler
+#: sessions record a few to a few dozen steps; each iteration is a whole emulated run.
+MAX_PROFILE_ITERATIONS = 1_000
+#: The most task executions one profile emulates: tasks × iterations, checked before the first
+#: run. An execution costs about 40 µs to emulate and, if recorded, an op_summary row of about
+#: 1.2 KB, so this bounds a profile at about ten seconds and 250 MB.
+MAX_PROFILE_TASK_RUNS = 200_000
+#: Characters of an offending schedule an error quotes.
+_SHOWN = 40
 
 SUMMARY_COLUMNS = (
     "Device_id",
@@ -97,8 +114,15 @@ class Schedule:
         for name, value in fields.items():
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
                 raise UsageError(
-                    f"profiler schedule: {name} must be a non-negative integer, got {value!r}",
+                    f"profiler schedule: {name} must be a non-negative integer, got "
+                    f"{_shown(value)}",
                     hint="a schedule is wait,warmup,active[,repeat], e.g. 1,1,2,2",
+                )
+            if value > MAX_PROFILE_ITERATIONS:
+                raise UsageError(
+                    f"profiler schedule: {name} must be at most {MAX_PROFILE_ITERATIONS:,}, got "
+                    f"{_shown(value)}",
+                    hint=f"a profile runs at most {MAX_PROFILE_ITERATIONS:,} iterations",
                 )
         if self.active < 1:
             raise UsageError(
@@ -113,14 +137,14 @@ class Schedule:
             return Schedule(0, 0, max(iterations, 1), 1)
         if isinstance(value, Schedule):
             return value
-        parts: Sequence[Any] = value.split(",") if isinstance(value, str) else value
+        parts: Sequence[Any] = value.split(",", 4) if isinstance(value, str) else value
         try:
-            numbers = [int(str(p).strip()) for p in parts]
-        except ValueError:
+            numbers = [_schedule_number(p) for p in parts] if len(parts) in (3, 4) else []
+        except (TypeError, ValueError):
             numbers = []
         if len(numbers) not in (3, 4):
             raise UsageError(
-                f"profiler schedule {value!r} is not wait,warmup,active[,repeat]",
+                f"profiler schedule {_shown(value)} is not wait,warmup,active[,repeat]",
                 hint="give three or four non-negative integers, e.g. 1,1,2,2",
             )
         return Schedule(*numbers)
@@ -372,6 +396,65 @@ def op_statistic_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+def _schedule_number(part: object) -> int:
+    """One field of a schedule: an int as it is, text as ASCII digits with an optional sign
+    (``int`` itself refuses more than 4,300 digits with a ValueError)."""
+    if isinstance(part, int) and not isinstance(part, bool):
+        return part
+    text = str(part).strip()
+    digits = text.lstrip("+-")
+    if not (digits.isascii() and digits.isdigit()) or len(text) - len(digits) > 1:
+        raise ValueError(text)
+    return int(text)
+
+
+def _shown(value: object) -> str:
+    """``value`` as an error quotes it: its repr, cut to a few dozen characters (a huge integer
+    by its size: printing one costs time, and past 4,300 digits Python refuses)."""
+    if isinstance(value, int) and value.bit_length() > 128:
+        return f"an integer of {value.bit_length():,} bits"
+    try:
+        text = repr(value)
+    except ValueError:  # e.g. a sequence holding a huge integer
+        text = f"a {type(value).__name__}"
+    return text if len(text) <= _SHOWN else f"{text[:_SHOWN]}… ({len(text):,} characters)"
+
+
+def check_profile_options(
+    *,
+    mode: str = "task_trace",
+    iterations: int = 1,
+    schedule: Schedule | str | Sequence[int] | None = None,
+) -> Schedule:
+    """The schedule of a profile of ``iterations`` runs in ``mode``, or a :class:`UsageError`
+    naming what is out of range — before any program is compiled or run.
+
+    ``iterations`` is an integer from 1 to :data:`MAX_PROFILE_ITERATIONS`, each schedule field
+    at most that, and the schedule must record at least one of the iterations.
+    """
+    if mode not in MODES:
+        raise UsageError(
+            f"unknown profile mode {_shown(mode)}", hint=f"use one of {', '.join(MODES)}"
+        )
+    if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1:
+        raise UsageError(
+            f"iterations must be a positive integer, got {_shown(iterations)}",
+            hint=f"profile 1 to {MAX_PROFILE_ITERATIONS:,} iterations",
+        )
+    if iterations > MAX_PROFILE_ITERATIONS:
+        raise UsageError(
+            f"iterations must be at most {MAX_PROFILE_ITERATIONS:,}, got {_shown(iterations)}",
+            hint="each iteration is a whole emulated run; a few record the steady state",
+        )
+    sched = Schedule.of(schedule, iterations)
+    if not sched.recorded(iterations):
+        raise UsageError(
+            f"schedule {sched} records none of {iterations} iteration(s)",
+            hint=f"run at least {sched.wait + sched.warmup + 1} iterations, or shorten wait/warmup",
+        )
+    return sched
+
+
 def _device(device: DeviceSpec | str) -> DeviceSpec:
     if isinstance(device, DeviceSpec):
         return device
@@ -388,20 +471,21 @@ def profile(
 ) -> ProfileReport:
     """Run ``program`` ``iterations`` times and profile the steps ``schedule`` records.
 
-    Without a schedule every iteration is recorded. Runs are timing-only (no numerics).
+    Without a schedule every iteration is recorded. Runs are timing-only (no numerics). The
+    options are checked first (:func:`check_profile_options`), then tasks × iterations against
+    :data:`MAX_PROFILE_TASK_RUNS`, all before the first run.
     """
-    if mode not in MODES:
-        raise UsageError(f"unknown profile mode {mode!r}", hint=f"use one of {', '.join(MODES)}")
-    if not isinstance(iterations, int) or isinstance(iterations, bool) or iterations < 1:
-        raise UsageError(f"iterations must be a positive integer, got {iterations!r}")
-    spec = _device(device)
-    sched = Schedule.of(schedule, iterations)
-    recorded = sched.recorded(iterations)
-    if not recorded:
+    sched = check_profile_options(mode=mode, iterations=iterations, schedule=schedule)
+    runs_needed = len(program.tasks) * iterations
+    if runs_needed > MAX_PROFILE_TASK_RUNS:
+        most = max(MAX_PROFILE_TASK_RUNS // max(len(program.tasks), 1), 1)
         raise UsageError(
-            f"schedule {sched} records none of {iterations} iteration(s)",
-            hint=f"run at least {sched.wait + sched.warmup + 1} iterations, or shorten wait/warmup",
+            f"{iterations:,} iterations of {len(program.tasks):,} tasks are {runs_needed:,} "
+            f"task runs, more than the {MAX_PROFILE_TASK_RUNS:,} a profile may emulate",
+            hint=f"profile at most {most:,} iterations of this program",
         )
+    spec = _device(device)
+    recorded = sched.recorded(iterations)
     overhead = getattr(spec.profiling, f"{mode}_overhead")
     runs: list[tuple[int, float, RunResult]] = []
     baseline: RunResult | None = None

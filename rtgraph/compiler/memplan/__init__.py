@@ -3,11 +3,13 @@
 :func:`plan` is the entry point (records in, :class:`Placement` out); :func:`plan_lifetimes`
 is the compiler's shorthand for ``(size, first_use, last_use)`` triples; :func:`check_placement`
 lists what is wrong with a placement. Records travel as MiniMalloc CSV files
-(:func:`read_records_csv`, :func:`write_offsets_csv`).
+(:func:`read_records_csv`, :func:`write_offsets_csv`). Every input is bounded before it costs
+work or memory — the ``MAX_*`` limits below, listed in ``docs/limits.md``.
 """
 
 from rtgraph.compiler.memplan.planner import (
     DEFAULT_BUDGET,
+    MAX_SEARCH_WORK,
     METHODS,
     Placement,
     Violation,
@@ -16,8 +18,12 @@ from rtgraph.compiler.memplan.planner import (
     plan,
     plan_lifetimes,
 )
-from rtgraph.compiler.memplan.problem import Problem, build_problem
+from rtgraph.compiler.memplan.problem import MAX_PAIRS, Problem, build_problem
 from rtgraph.compiler.memplan.records import (
+    MAX_POOL_BYTES,
+    MAX_RECORD_FILE_BYTES,
+    MAX_RECORDS,
+    MAX_TIME,
     Record,
     parse_records_csv,
     read_records_csv,
@@ -26,6 +32,12 @@ from rtgraph.compiler.memplan.records import (
 
 __all__ = [
     "DEFAULT_BUDGET",
+    "MAX_PAIRS",
+    "MAX_POOL_BYTES",
+    "MAX_RECORDS",
+    "MAX_RECORD_FILE_BYTES",
+    "MAX_SEARCH_WORK",
+    "MAX_TIME",
     "METHODS",
     "Placement",
     "Problem",

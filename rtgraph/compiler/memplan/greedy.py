@@ -39,7 +39,7 @@ def preorder_ranks(problem: Problem, heuristic: str) -> np.ndarray:
     width = problem.upper - problem.lower
     keys = {
         "W": -width,
-        "A": -(problem.size * width),
+        "A": -_area_rank(problem.size, width),
         "T": -_max_section_total(problem),
         "Z": -problem.size,
         "S": problem.lower,
@@ -49,6 +49,18 @@ def preorder_ranks(problem: Problem, heuristic: str) -> np.ndarray:
     ranks = np.empty(problem.n, dtype=np.int64)
     ranks[order] = np.arange(problem.n)
     return ranks
+
+
+def _area_rank(size: np.ndarray, width: np.ndarray) -> np.ndarray:
+    """Keys that sort like ``size * width``, exactly.
+
+    The products themselves when the largest fits in int64; else (sizes and times up to 2**62
+    can multiply to 2**124) each product's rank among the exact Python-integer products.
+    """
+    if len(size) == 0 or int(size.max()) * int(width.max()) < 2**63:
+        return size * width
+    exact = np.array([s * w for s, w in zip(size.tolist(), width.tolist(), strict=True)], object)
+    return np.unique(exact, return_inverse=True)[1].astype(np.int64).reshape(-1)
 
 
 def skyline_offsets(problem: Problem, ranks: np.ndarray) -> np.ndarray:

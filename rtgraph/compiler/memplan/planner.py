@@ -21,11 +21,18 @@ Methods (all deterministic: same records, same offsets):
     search stops after ``budget`` placements in total (default :data:`DEFAULT_BUDGET`),
     never after a number of seconds; each placement costs ``O(k log k + S log S)`` for the
     ``k`` records and ``S`` sections of the piece being solved (about 0.1 ms on the
-    MiniMalloc instances, so the default budget is a few seconds).
+    MiniMalloc instances, so the default budget is a few seconds). Since a placement's cost
+    grows with the records, placements × records is capped too (:data:`MAX_SEARCH_WORK`), and
+    a problem too large for the search to place every record within that is not searched.
 
 A *dense* problem — more than :data:`MAX_PAIRS` overlapping pairs, as when most tensors
 live to the end of the program — is placed by a linear scan that reuses freed blocks of the
-same size, whatever the method: ``O(n log n)`` where a pair list would not fit in memory.
+same size, whatever the method (``greedy_by_size`` too): ``O(n log n)`` where a pair list would
+not fit in memory; :func:`check_placement` checks it by a sweep over time.
+
+Every input is bounded before it costs work or memory (:mod:`.problem`, ``docs/limits.md``):
+records, times, sizes and their total, the alignment and the search's work; sizes, offsets
+and heights are exact (int64 that provably cannot overflow, Python integers at the seams).
 """
 
 from __future__ import annotations
@@ -44,8 +51,9 @@ from rtgraph.compiler.memplan.greedy import (
     skyline_offsets,
     sweep_offsets,
 )
-from rtgraph.compiler.memplan.problem import Problem, build_problem
-from rtgraph.compiler.memplan.records import Record
+from rtgraph.compiler.memplan.overlaps import sweep_overlaps
+from rtgraph.compiler.memplan.problem import MAX_PAIRS, Problem, build_problem
+from rtgraph.compiler.memplan.records import MAX_POOL_BYTES, Record
 from rtgraph.compiler.memplan.search import Outcome, fits_within
 from rtgraph.errors import InputError, did_you_mean
 
@@ -56,9 +64,25 @@ METHODS = ("best", "fast", "greedy_by_size")
 #: already solve to the lower bound never search at all.
 DEFAULT_BUDGET = 30_000
 
-#: Conflicting pairs above which a problem counts as dense: the pair lists are not built and
-#: the linear-scan :func:`~rtgraph.compiler.memplan.greedy.sweep_offsets` places it instead.
-MAX_PAIRS = 4_000_000
+#: Search placements × active records ``plan(method="best")`` may spend, whatever the budget:
+#: a placement costs time in proportion to the records of the piece it works on, so the budget
+#: applies in full up to a few thousand records and shrinks beyond. A plan found by search
+#: places every record once, so with fewer placements than records the search is skipped: it
+#: runs only up to 10,000 records, and a larger problem keeps the heuristics' plan in seconds.
+MAX_SEARCH_WORK = 100_000_000
+
+__all__ = [
+    "DEFAULT_BUDGET",
+    "MAX_PAIRS",
+    "MAX_SEARCH_WORK",
+    "METHODS",
+    "Placement",
+    "Violation",
+    "check_placement",
+    "greedy_by_size",
+    "plan",
+    "plan_lifetimes",
+]
 
 
 @dataclass(frozen=True)
@@ -85,7 +109,7 @@ class Placement:
 class Violation:
     """One way a placement breaks its contract; ``str()`` gives the explanation."""
 
-    kind: str  # "overlap", "misaligned", "missing", "negative" or "height"
+    kind: str  # "overlap", "misaligned", "missing", "negative", "range" or "height"
     ids: tuple[str, ...]
     message: str
 
@@ -104,8 +128,11 @@ def plan(
 
     Sizes are rounded up to ``alignment`` and every offset is a multiple of it. ``method`` is
     one of :data:`METHODS` (see the module docstring for what each costs); ``budget`` is the
-    number of search placements ``"best"`` may try (``None``: :data:`DEFAULT_BUDGET`).
-    Raises :class:`~rtgraph.errors.InputError` for bad records, alignment, method or budget.
+    number of search placements ``"best"`` may try (``None``: :data:`DEFAULT_BUDGET`; never
+    more than :data:`MAX_SEARCH_WORK` divided by the active records, and none when that is
+    fewer than the records).
+    Raises :class:`~rtgraph.errors.InputError` for bad records, alignment, method or budget,
+    or records past a limit (see :func:`~rtgraph.compiler.memplan.problem.build_problem`).
     """
     if method not in METHODS:
         hint = did_you_mean(method, METHODS) if isinstance(method, str) else None
@@ -114,7 +141,11 @@ def plan(
             hint=hint or f"choose one of: {', '.join(METHODS)}",
         )
     nodes = _check_budget(budget)
-    problem = build_problem(records, alignment, max_pairs=MAX_PAIRS)
+    problem = build_problem(records, alignment)
+    active = int(problem.active.sum())
+    nodes = min(nodes, MAX_SEARCH_WORK // max(active, 1))
+    if nodes < active:
+        nodes = 0  # too few placements to place every record once: the search cannot succeed
     if problem.dense:
         return _placement(problem, sweep_offsets(problem), "sweep/size-class")
     if method == "greedy_by_size":
@@ -131,9 +162,12 @@ def greedy_by_size(records: Sequence[Record], alignment: int = 1) -> Placement:
 
     Records go in order of decreasing size (ties by position); each takes the smallest gap
     between the already-placed records it conflicts with that holds it, or goes on top of
-    them. ``O(n log n + P log P)``.
+    them. ``O(n log n + P log P)``. A dense problem (more than :data:`MAX_PAIRS` pairs) is
+    placed by the linear scan instead, and the placement's ``method`` says so.
     """
     problem = build_problem(records, alignment)
+    if problem.dense:
+        return _placement(problem, sweep_offsets(problem), "sweep/size-class")
     return _placement(problem, greedy_by_size_offsets(problem), "greedy_by_size")
 
 
@@ -180,51 +214,69 @@ def check_placement(
 ) -> list[Violation]:
     """Every way ``placement`` breaks its contract for ``records``; empty when it is sound.
 
-    Checks that each record has a non-negative offset that is a multiple of ``alignment``,
-    that no two conflicting records share a byte (sizes rounded up to ``alignment``, as
-    planned), and that ``placement.height`` covers every record. ``O(n log n + P)``.
+    Checks that each record has an integer offset, non-negative, a multiple of ``alignment``
+    and ending by 2**62 (:data:`~rtgraph.compiler.memplan.records.MAX_POOL_BYTES`); that no
+    two conflicting records share a byte (sizes rounded up to ``alignment``, as planned); and
+    that ``placement.height`` covers every record. ``O(n log n + P)``; a dense problem is
+    checked by a sweep over time (:mod:`~rtgraph.compiler.memplan.overlaps`), which lists at
+    least one overlap whenever there is any rather than every pair.
     """
     problem = build_problem(records, alignment)
     out: list[Violation] = []
     offsets = np.zeros(problem.n, dtype=np.int64)
+    usable = np.zeros(problem.n, dtype=bool)  # has an offset the overlap checks can use
+    sizes = problem.size.tolist()
     for k, r in enumerate(problem.records):
         off = placement.offsets.get(r.id)
         if off is None:
             out.append(Violation("missing", (r.id,), f"record '{r.id}' has no offset"))
-            continue
-        offsets[k] = off
-        if off < 0:
+        elif isinstance(off, bool) or not isinstance(off, Integral):
+            out.append(Violation("missing", (r.id,), f"record '{r.id}' has offset {off!r}"))
+        elif off < 0:
             out.append(Violation("negative", (r.id,), f"record '{r.id}' has offset {off} < 0"))
-        elif off % alignment:
+        elif off + sizes[k] > MAX_POOL_BYTES:
             out.append(
                 Violation(
-                    "misaligned",
-                    (r.id,),
-                    f"record '{r.id}' at offset {off} is not a multiple of {alignment}",
+                    "range", (r.id,), f"record '{r.id}' at offset {off} ends past 2**62 bytes"
                 )
             )
-    ptr, idx = problem.conflict_ptr, problem.conflict_idx
-    a = np.repeat(np.arange(problem.n), np.diff(ptr))
-    b = idx
-    pairs = a < b
-    a, b = a[pairs], b[pairs]
-    ends = offsets + problem.size
-    clash = np.flatnonzero((offsets[a] < ends[b]) & (offsets[b] < ends[a]))
-    for k in clash.tolist():
-        ra, rb = problem.records[a[k]], problem.records[b[k]]
+        else:
+            offsets[k], usable[k] = off, True
+            if off % alignment:
+                message = f"record '{r.id}' at offset {off} is not a multiple of {alignment}"
+                out.append(Violation("misaligned", (r.id,), message))
+    ends = offsets + problem.size  # at most 2**62 where usable, 0 + size elsewhere
+    for i, j in _overlapping_pairs(problem, offsets, ends, usable):
+        ri, rj = problem.records[i], problem.records[j]
         out.append(
             Violation(
                 "overlap",
-                (ra.id, rb.id),
-                f"records '{ra.id}' [{offsets[a[k]]}, {ends[a[k]]}) and '{rb.id}' "
-                f"[{offsets[b[k]]}, {ends[b[k]]}) overlap in memory while both are live "
-                f"(lifetimes [{ra.lower}, {ra.upper}) and [{rb.lower}, {rb.upper}))",
+                (ri.id, rj.id),
+                f"records '{ri.id}' [{offsets[i]}, {ends[i]}) and '{rj.id}' "
+                f"[{offsets[j]}, {ends[j]}) overlap in memory while both are live "
+                f"(lifetimes [{ri.lower}, {ri.upper}) and [{rj.lower}, {rj.upper}))",
             )
         )
-    need = height_of(problem, offsets)
+    need = height_of(problem, np.where(usable, offsets, 0))
     if placement.height < need:
         out.append(Violation("height", (), f"height {placement.height} < {need} the offsets need"))
     return out
+
+
+def _overlapping_pairs(
+    problem: Problem, offsets: np.ndarray, ends: np.ndarray, usable: np.ndarray
+) -> list[tuple[int, int]]:
+    """Conflicting records sharing bytes: every pair, from the conflict lists; for a dense
+    problem, those a sweep over time finds."""
+    if problem.dense:
+        return sweep_overlaps(problem, offsets, usable)
+    ptr, idx = problem.conflict_ptr, problem.conflict_idx
+    a = np.repeat(np.arange(problem.n), np.diff(ptr))
+    b = idx
+    pairs = (a < b) & usable[a] & usable[b]
+    a, b = a[pairs], b[pairs]
+    clash = np.flatnonzero((offsets[a] < ends[b]) & (offsets[b] < ends[a]))
+    return list(zip(a[clash].tolist(), b[clash].tolist(), strict=True))
 
 
 # --- the methods ------------------------------------------------------------------------------

@@ -9,6 +9,14 @@ inactive: they conflict with nothing and sit at offset 0.
 Building a problem is ``O(n log n + P)`` for ``n`` records and ``P`` conflicting pairs, all in
 NumPy: conflicts come from one sort by start time and a ``searchsorted`` per record, never
 from a test of every pair.
+
+Every input is bounded before any array is made: at most :data:`MAX_RECORDS` records, times at
+most :data:`MAX_TIME`, an alignment and the aligned sizes' total at most
+:data:`MAX_POOL_BYTES` (2**62, checked in Python integers, which are exact), and at most
+:data:`MAX_PAIRS` conflict pairs kept. Because no plan's offset, top, live total or height
+exceeds the total of the aligned sizes, and a sum of two such values is below 2**63, the int64
+arithmetic of every planner in this package cannot overflow: the bound is checked up front
+instead of checking each operation.
 """
 
 from __future__ import annotations
@@ -19,8 +27,13 @@ from numbers import Integral
 
 import numpy as np
 
-from rtgraph.compiler.memplan.records import Record
+from rtgraph.compiler.memplan.records import MAX_POOL_BYTES, MAX_RECORDS, MAX_TIME, Record
 from rtgraph.errors import InputError
+
+#: Conflicting pairs above which a problem counts as dense: its pair lists are not built (they
+#: grow with the square of the records; building them peaks near 180 MB at this limit) and the
+#: planners fall back to methods that need none (a linear scan to place, a sweep to check).
+MAX_PAIRS = 4_000_000
 
 
 @dataclass(frozen=True, eq=False)
@@ -80,21 +93,30 @@ def build_problem(
 ) -> Problem:
     """Validate ``records`` and derive the arrays every planner uses.
 
-    With ``max_pairs``, conflict lists longer than that many pairs are not built (the problem
-    says so in :attr:`Problem.dense`): when most lifetimes overlap, the pairs grow with the
-    square of the records, and only a planner that needs no pair list can afford them.
+    Conflict lists of more than ``max_pairs`` pairs (``None``: :data:`MAX_PAIRS`, also the
+    most allowed) are not built, and the problem says so in :attr:`Problem.dense`: when most
+    lifetimes overlap the pairs grow with the square of the records, and only a planner that
+    needs no pair list can afford them.
 
-    Raises :class:`~rtgraph.errors.InputError` for a non-positive alignment, a repeated id,
-    a non-integer or negative field, or a lifetime that ends before it starts.
+    Raises :class:`~rtgraph.errors.InputError` for more than :data:`MAX_RECORDS` records, an
+    alignment that is not a positive integer of at most 2**62, a repeated id, a non-integer,
+    negative or too large field, a lifetime that ends before it starts, or aligned sizes that
+    add up to more than :data:`MAX_POOL_BYTES`.
     """
     alignment = _check_alignment(alignment)
     records = tuple(records)
-    _check_records(records)
+    if len(records) > MAX_RECORDS:
+        raise InputError(
+            f"{len(records):,} records, more than the {MAX_RECORDS:,} a plan may have",
+            hint="split the records into smaller problems",
+        )
+    _check_records(records, alignment)
+    max_pairs = MAX_PAIRS if max_pairs is None else min(max_pairs, MAX_PAIRS)
     n = len(records)
     lower = np.fromiter((r.lower for r in records), dtype=np.int64, count=n)
     upper = np.fromiter((r.upper for r in records), dtype=np.int64, count=n)
     raw = np.fromiter((r.size for r in records), dtype=np.int64, count=n)
-    size = -(-raw // alignment) * alignment
+    size = -(-raw // alignment) * alignment  # <= the checked total <= 2**62: no overflow
     active = (size > 0) & (upper > lower)
 
     act = np.flatnonzero(active)
@@ -133,13 +155,17 @@ def _no_conflicts(n: int) -> tuple[np.ndarray, np.ndarray]:
 
 
 def _conflict_lists(
-    n: int, act: np.ndarray, lower: np.ndarray, upper: np.ndarray, max_pairs: int | None = None
+    n: int, act: np.ndarray, lower: np.ndarray, upper: np.ndarray, max_pairs: int
 ) -> tuple[np.ndarray, np.ndarray] | None:
-    """CSR conflict lists of the active records, by one sort on start time.
+    """CSR conflict lists of the active records, by one sort on start time; None when there
+    would be more than ``max_pairs`` pairs (counted before any list is made).
 
     With active records sorted by ``lower``, record ``i`` (at sorted position ``p``) conflicts
     with exactly those at positions ``p+1 .. e-1`` where ``e`` is the first start ``>=
-    upper[i]``: each pair is found once, from its earlier-starting member.
+    upper[i]``: each pair is found once, from its earlier-starting member. Both directions of
+    every pair are then sorted as one int64 key ``source * n + target`` (below ``n**2``, far
+    from overflow for :data:`MAX_RECORDS` records), which keeps the peak memory to a few arrays
+    of the pairs.
     """
     order = act[np.argsort(lower[act], kind="stable")]
     starts = lower[order]
@@ -147,48 +173,60 @@ def _conflict_lists(
     first = np.arange(1, len(order) + 1)
     counts = np.maximum(ends - first, 0)
     total = int(counts.sum())
-    if max_pairs is not None and total > max_pairs:
+    if total > max_pairs:
         return None
     if total == 0:
         return _no_conflicts(n)
     owner = np.repeat(np.arange(len(order)), counts)
-    run_start = np.cumsum(counts) - counts
-    partner = first[owner] + (np.arange(total) - run_start[owner])
+    partner = np.arange(total) - np.repeat(np.cumsum(counts) - counts - first, counts)
     a, b = order[owner], order[partner]
-    src = np.concatenate([a, b])
-    dst = np.concatenate([b, a])
-    by = np.lexsort((dst, src))
-    src, dst = src[by], dst[by]
+    del owner, partner
+    keys = np.concatenate([a * n + b, b * n + a])
+    keys.sort()
     ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(src, minlength=n), out=ptr[1:])
-    return ptr, dst
+    np.cumsum(np.bincount(a, minlength=n) + np.bincount(b, minlength=n), out=ptr[1:])
+    keys %= n  # in place: the targets, each list sorted by record index
+    return ptr, keys
 
 
 def _check_alignment(alignment: object) -> int:
     if isinstance(alignment, bool) or not isinstance(alignment, Integral) or alignment < 1:
         raise InputError(
-            f"alignment must be a positive integer, not {alignment!r}",
+            f"alignment must be a positive integer, not {_shown(alignment)}",
+            hint="use 1 for byte granularity or the device's allocation alignment (e.g. 512)",
+        )
+    if alignment > MAX_POOL_BYTES:
+        raise InputError(
+            f"alignment must be at most {MAX_POOL_BYTES} (2**62), not {_shown(alignment)}",
             hint="use 1 for byte granularity or the device's allocation alignment (e.g. 512)",
         )
     return int(alignment)
 
 
-def _check_records(records: tuple[Record, ...]) -> None:
+def _check_records(records: tuple[Record, ...], alignment: int) -> None:
+    """Each record's fields in range, ids unique, and the aligned sizes' total at most
+    :data:`MAX_POOL_BYTES` — all in Python integers, before any NumPy array is made."""
     seen: set[str] = set()
+    total = 0
     for r in records:
         if not isinstance(r, Record):
             raise InputError(
                 f"expected a Record, got {type(r).__name__}",
                 hint="build records with rtgraph.compiler.memplan.Record(id, lower, upper, size)",
             )
-        for name in ("lower", "upper", "size"):
+        for name, bound in (("lower", MAX_TIME), ("upper", MAX_TIME), ("size", MAX_POOL_BYTES)):
             value = getattr(r, name)
-            if type(value) is int and value >= 0:
+            if type(value) is int and 0 <= value <= bound:
                 continue  # the common case, without the slower abstract-class check
             if isinstance(value, bool) or not isinstance(value, Integral) or value < 0:
                 raise InputError(
-                    f"record '{r.id}': {name} must be a non-negative integer, not {value!r}",
+                    f"record '{r.id}': {name} must be a non-negative integer, not {_shown(value)}",
                     hint="lifetimes are task positions and sizes are bytes",
+                )
+            if value > bound:
+                raise InputError(
+                    f"record '{r.id}': {name} must be at most {bound} (2**62), not {_shown(value)}",
+                    hint="a plan keeps times and bytes exact in 64-bit integers up to 2**62",
                 )
         if r.upper < r.lower:
             raise InputError(
@@ -200,3 +238,17 @@ def _check_records(records: tuple[Record, ...]) -> None:
                 f"duplicate record id '{r.id}'", hint="ids name buffers and must be unique"
             )
         seen.add(r.id)
+        total += -(-int(r.size) // alignment) * alignment
+        if total > MAX_POOL_BYTES:
+            raise InputError(
+                f"record '{r.id}' brings the sizes (aligned to {alignment}) to {total} bytes, "
+                f"more than the {MAX_POOL_BYTES} (2**62) a plan can hold",
+                hint="no plan is higher than the sum of its sizes; keep it at most 2**62",
+            )
+
+
+def _shown(value: object) -> str:
+    """``value`` as an error shows it: a huge integer by its size, not its many digits."""
+    if isinstance(value, int) and value.bit_length() > 128:
+        return f"an integer of {value.bit_length():,} bits"
+    return repr(value)

@@ -12,8 +12,9 @@ Built in:
 
 * ``single`` — one stream: every task in program order (the baseline).
 * ``by-unit`` — one stream per unit type in use (Cube, Vector, DMA), as CANN recommends.
-* ``by-unit:N`` — up to N streams per unit type; each task joins the stream of its unit that
-  frees earliest by the cost model, preferring the stream of a predecessor (keeps chains).
+* ``by-unit:N`` — up to N streams per unit type (1 ≤ N ≤ :data:`MAX_STREAMS_PER_UNIT`); each
+  task joins the stream of its unit that frees earliest by the cost model, preferring the stream
+  of a predecessor (keeps chains).
 * ``explicit`` — the program's ``on s { }`` blocks keep their streams (and their own
   ``record``/``wait``/``barrier``); the other tasks go by unit.
 * ``list`` — a cost-aware list scheduler (critical-path priorities) picks each task's stream
@@ -25,6 +26,7 @@ Built in:
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -36,6 +38,19 @@ from rtgraph.errors import UsageError, did_you_mean
 from rtgraph.ir.graph import UNITS
 from rtgraph.stream_program.program import StreamInfo
 from rtgraph.timing.costmodel import estimate_us
+
+#: The most streams ``by-unit:N`` opens per unit type. Streams of one unit run at once only on
+#: its cores, and the largest shipped device has 48 (ascend-910b's Vector; 24 Cube, 4 DMA), so
+#: 64 leaves room for a bigger device while bounding the streams — and the work per task of
+#: choosing among them — before anything is compiled.
+MAX_STREAMS_PER_UNIT = 64
+#: ``by-unit:N`` as written: N in ASCII digits.
+_BY_UNIT_COUNT = re.compile(r"by-unit:([0-9]+)")
+#: The hint of every by-unit:N error.
+STREAMS_HINT = (
+    f"N streams per unit type, 1 to {MAX_STREAMS_PER_UNIT}: more than a unit's cores cannot "
+    "run at once (e.g. by-unit:4)"
+)
 
 #: The built-in policies by name, each with what it does: ``--streams``'s vocabulary. The CLI's
 #: help and ``docs/options.md`` are generated from it.
@@ -99,8 +114,10 @@ class ByUnit:
     """One stream per unit type, or up to ``per_unit`` streams each (``by-unit:N``)."""
 
     def __init__(self, per_unit: int = 1) -> None:
-        if per_unit < 1:
-            raise UsageError(f"by-unit:{per_unit}: the number of streams must be at least 1")
+        problem = _stream_count_problem(per_unit)
+        if problem is not None:
+            shown = per_unit if isinstance(per_unit, int) and abs(per_unit) < 10**6 else "N"
+            raise UsageError(f"by-unit:{shown}: {problem[0]}", hint=problem[1])
         self.per_unit = per_unit
         self.name = "by-unit" if per_unit == 1 else f"by-unit:{per_unit}"
 
@@ -322,19 +339,37 @@ def _host_estimate_us(jobs, order, stream_of, host) -> float:
 
 
 def policy_problem(name: str) -> tuple[str, str | None] | None:
-    """What is wrong with ``name`` as a built-in policy, and a hint; None when it names one."""
+    """What is wrong with ``name`` as a built-in policy, and a hint; None when it names one.
+
+    ``by-unit:N`` takes N in ASCII digits, from 1 to :data:`MAX_STREAMS_PER_UNIT`; a count of
+    more digits than that is refused without being converted.
+    """
     if name in POLICIES and name != "by-unit:N":
         return None
     if name.startswith("by-unit:"):
-        count = name.split(":", 1)[1]
-        if not count.isdigit():
-            return "expected by-unit:N with N a positive integer", None
-        if int(count) < 1:
-            return "the number of streams must be at least 1", None
-        return None
+        match = _BY_UNIT_COUNT.fullmatch(name)
+        if match is None:
+            expected = f"expected by-unit:N with N an integer from 1 to {MAX_STREAMS_PER_UNIT}"
+            return expected, STREAMS_HINT
+        digits = match[1].lstrip("0") or "0"
+        count = int(digits) if len(digits) <= 3 else MAX_STREAMS_PER_UNIT + 1  # too many digits
+        return _stream_count_problem(count)
     names = [p for p in POLICIES if p != "by-unit:N"]
     hint = did_you_mean(name, names)
     return "unknown stream policy", hint or f"choose one of: {', '.join(POLICIES)}"
+
+
+def _stream_count_problem(count: object) -> tuple[str, str] | None:
+    """What is wrong with ``count`` as by-unit's streams per unit, and a hint; None if right."""
+    if isinstance(count, bool) or not isinstance(count, int):
+        return f"the number of streams must be an integer, not a {type(count).__name__}", (
+            STREAMS_HINT
+        )
+    if count < 1:
+        return "the number of streams must be at least 1", STREAMS_HINT
+    if count > MAX_STREAMS_PER_UNIT:
+        return f"the number of streams must be at most {MAX_STREAMS_PER_UNIT}", STREAMS_HINT
+    return None
 
 
 def policy_from_name(
