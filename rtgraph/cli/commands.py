@@ -1,0 +1,322 @@
+"""The ``rtgraph`` subcommands, one function each (``COMMANDS`` maps their names)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable, Sequence
+
+from rtgraph import api
+from rtgraph.cli.arguments import (
+    BENCH_MODELS,
+    NO_REFERENCE,
+    compile_options,
+    compiled_program,
+    device_spec,
+    is_compiled,
+    load_program,
+    npz_values,
+    read_compiled,
+)
+from rtgraph.compiler.memplan import greedy_by_size, plan, read_records_csv
+from rtgraph.device import describe, list_devices
+from rtgraph.errors import RtgError, UsageError
+from rtgraph.files import write_atomic
+from rtgraph.ir.data import check_seed
+from rtgraph.ir.interpreter import check_supplied, evaluate
+from rtgraph.ops import op_table
+from rtgraph.reports.advisor import advise, format_advice
+from rtgraph.reports.profiler import check_profile_options, profile, write_csvs
+from rtgraph.reports.trace import write_trace
+from rtgraph.stream_program.listing import compile_report, format_listing, to_dot
+from rtgraph.stream_program.races import check_races, describe_race, fix_hint
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    if is_compiled(args):
+        return _report_races(args, *read_compiled(args))
+    program = load_program(args)
+    if args.races or program.streams:
+        spec = api.device_for(args.device, program.device)
+        # No memory reuse here: reuse adds compiler-ordered false dependencies that would
+        # mask a missing record/wait in the program's own synchronisation.
+        compiled = api.compile(program, device=spec, memory="none")
+        return _report_races(args, compiled, spec)
+    print(f"{args.file}: ok")
+    return 0
+
+
+def _report_races(args: argparse.Namespace, compiled, spec) -> int:
+    """Print every race of a stream program (exit 1), or that there are none (exit 0)."""
+    report = check_races(
+        compiled,
+        reorder=spec.scheduler.reorder_window > 0,
+        event_mode=spec.scheduler.event_mode,
+    )
+    errors = [
+        RtgError(
+            describe_race(compiled, r),
+            compiled.tasks[r.second].span,
+            hint=fix_hint(compiled, r),
+        )
+        for r in report.races
+    ]
+    errors += [
+        RtgError(f"wait on event {w.event}, which is never recorded", w.span)
+        for w in report.bad_waits
+    ]
+    if errors:
+        for e in errors:
+            print(e.render(), file=sys.stderr)
+        print(f"{args.file}: {len(errors)} race(s)", file=sys.stderr)
+        return 1
+    print(f"{args.file}: ok ({len(compiled.tasks)} tasks, no races)")
+    return 0
+
+
+def cmd_compile(args: argparse.Namespace) -> int:
+    options = compile_options(args)
+    program = load_program(args)
+    compiled = api.compile(program, device=device_spec(args, program, options), options=options)
+    if args.emit == "listing":
+        text = format_listing(compiled)
+    elif args.emit == "dot":
+        text = to_dot(compiled)
+    else:
+        text = compiled.to_json(indent=1)
+    if args.output:
+        write_atomic(args.output, text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    check_seed(args.seed)
+    program = load_program(args)
+    inputs, params = npz_values(args, "input", program), npz_values(args, "param", program)
+    outputs = evaluate(
+        program, inputs=inputs, params=params, seed=args.seed, fill_missing=args.fill_missing
+    )
+    for name, value in outputs.items():
+        print(
+            f"{name}: {program.tensors[name].type}  mean {float(value.mean()):.6g}  "
+            f"absmax {float(abs(value).max()) if value.size else 0:.6g}"
+        )
+    return 0
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    check_seed(args.seed)
+    program, compiled, spec = compiled_program(args)
+    inputs = npz_values(args, "input", program, compiled)
+    params = npz_values(args, "param", program, compiled)
+    if program is not None:  # located errors for what the npz files miss, before the run
+        check_supplied(program, inputs, params, fill_missing=args.fill_missing)
+    supplied = {"inputs": inputs, "params": params, "seed": args.seed}
+    result = api.run(
+        compiled,
+        device=spec,
+        numerics=not args.timing_only,
+        fill_missing=args.fill_missing,
+        **supplied,
+    )
+    report = {}
+    if program is not None and not args.timing_only:
+        reference = evaluate(program, fill_missing=args.fill_missing, **supplied)
+        report = api.compare(result.outputs, reference)
+    _write_reports(args, result, compiled, spec)
+    if args.json:
+        data = result.to_json()
+        data["reference"] = {k: v["max_abs"] for k, v in report.items()}
+        data["reference_equal"] = {k: v["equal"] for k, v in report.items()}
+        data["reference_checked"] = program is not None and not args.timing_only
+        data["policy"] = compiled.meta.get("policy")
+        print(json.dumps(data, indent=1))
+    else:
+        print(result.summary())
+        print()
+        for line in compile_report(compiled):
+            print(f"compiler: {line}")
+        if program is None:
+            print(f"\nno check against the reference interpreter: {NO_REFERENCE}")
+        if report:
+            print("\ncheck against the reference interpreter:")
+            for name, r in report.items():
+                verdict = "bit-equal" if r["equal"] else "DIFFERS"
+                print(
+                    f"  {name:<16} max abs {r['max_abs']:.3g}  max rel {r['max_rel']:.3g}  "
+                    f"{verdict}"
+                )
+    return 0
+
+
+def _window(text: str | None) -> tuple[float, float] | None:
+    if not text:
+        return None
+    start, sep, end = text.partition(":")
+    try:
+        lo = float(start) if start else 0.0
+        hi = float(end) if end else float("inf")
+    except ValueError:
+        raise UsageError(f"--window {text}: expected START:END in µs, e.g. 100:250") from None
+    if not sep or hi <= lo:
+        raise UsageError(f"--window {text}: expected START:END with START < END")
+    return lo, hi
+
+
+def _write_reports(args: argparse.Namespace, result, compiled, spec) -> None:
+    """The pictures and traces a run was asked for (each file written whole or not at all)."""
+    if getattr(args, "trace", None):
+        write_trace(args.trace, result, compiled, spec)
+    if any(getattr(args, name, None) for name in ("timeline", "memory_map", "memory_plot")):
+        _write_pictures(args, result, compiled, spec)
+    if getattr(args, "advise", False):
+        print(format_advice(advise(result, compiled, spec)))
+
+
+def _write_pictures(args: argparse.Namespace, result, compiled, spec) -> None:
+    """The timeline and memory pictures a run was asked for."""
+    # matplotlib: loaded only when a picture is asked for
+    from rtgraph.reports import allocviz, memoryviz
+    from rtgraph.reports.style import save_figure
+    from rtgraph.reports.timeline import plot_timeline
+
+    if args.timeline:
+        figure = plot_timeline(result, compiled, window=_window(args.window), device=spec)
+        save_figure(figure, args.timeline)
+    at_runtime = compiled.memory.policy.startswith("runtime:")
+    if args.memory_map:
+        plot_map = allocviz.plot_allocation_map if at_runtime else memoryviz.plot_memory_map
+        save_figure(plot_map(compiled, result), args.memory_map)
+    if args.memory_plot:
+        plot_use = allocviz.plot_allocator_memory if at_runtime else memoryviz.plot_memory
+        save_figure(plot_use(compiled, result), args.memory_plot)
+
+
+def cmd_advise(args: argparse.Namespace) -> int:
+    _, compiled, spec = compiled_program(args)
+    result = api.run(compiled, device=spec, numerics=False)
+    print(format_advice(advise(result, compiled, spec)))
+    return 0
+
+
+def cmd_profile(args: argparse.Namespace) -> int:
+    check_profile_options(mode=args.mode, iterations=args.iterations, schedule=args.schedule)
+    _, compiled, spec = compiled_program(args)
+    report = profile(
+        compiled, spec, mode=args.mode, iterations=args.iterations, schedule=args.schedule
+    )
+    paths = write_csvs(report, args.output)
+    print(report.summary())
+    for path in paths:
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_viz(args: argparse.Namespace) -> int:
+    # matplotlib: loaded only when a picture is asked for
+    from rtgraph.reports.dagviz import plot_dag, plot_dag_compare
+    from rtgraph.reports.style import save_figure
+
+    compared = [compile_options(args, streams=p) for p in (args.compare or "").split(",") if p]
+    if compared and is_compiled(args):
+        raise UsageError(f"--compare recompiles the program; {args.file} is compiled already")
+    if compared:
+        program = load_program(args)
+        spec = device_spec(args, program, compile_options(args))
+        compiled = {str(o.streams): api.compile(program, device=spec, options=o) for o in compared}
+        figure = plot_dag_compare(compiled)
+    else:
+        figure = plot_dag(compiled_program(args)[1])
+    save_figure(figure, args.dag)
+    print(f"wrote {args.dag}")
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    # matplotlib (rtgraph.bench draws its figure): loaded only when a benchmark is asked for
+    from rtgraph import bench as headline
+
+    def listed(value: str | None, default: Sequence[str]) -> list[str]:
+        return [v for v in value.split(",") if v] if value else list(default)
+
+    paths = args.files or [BENCH_MODELS]
+    report = headline.bench(
+        paths,
+        device=args.device or "ascend-910b",
+        progress=not args.quiet,
+        policies=listed(args.streams, headline.POLICIES),
+        memories=listed(args.memory, headline.MEMORY_PLANS),
+        allocs=listed(args.alloc, headline.ALLOC_MODES),
+    )
+    text = json.dumps(report.to_json(), indent=1) if args.json else report.markdown()
+    if args.figure:
+        # matplotlib: loaded only when a picture is asked for
+        from rtgraph.reports.style import save_figure
+
+        save_figure(report.figure(), args.figure)
+    if args.output:
+        write_atomic(args.output, text + "\n")
+        print(f"wrote {args.output}")
+    else:
+        print(text)
+    if args.figure:  # on stderr when stdout carries the tables or the JSON
+        print(f"wrote {args.figure}", file=sys.stdout if args.output else sys.stderr)
+    return 0
+
+
+def cmd_plan_memory(args: argparse.Namespace) -> int:
+    records = read_records_csv(args.records)
+    placement = plan(records, alignment=args.alignment, method=args.method)
+    if args.json:
+        print(
+            json.dumps(
+                {
+                    "height": placement.height,
+                    "lower_bound": placement.lower_bound,
+                    "method": placement.method,
+                    "offsets": placement.offsets,
+                }
+            )
+        )
+        return 0
+    baseline = greedy_by_size(records, alignment=args.alignment)
+    total = sum(r.size for r in records)
+    print(f"{args.records}: {len(records)} buffers")
+    print(f"  height          {placement.height:>14,}  ({placement.method})")
+    print(f"  lower bound     {placement.lower_bound:>14,}  (max live)")
+    method = "" if baseline.method == "greedy_by_size" else f"  ({baseline.method})"
+    print(f"  greedy-by-size  {baseline.height:>14,}{method}")
+    print(f"  no reuse        {total:>14,}  (saving {1 - placement.height / max(total, 1):.1%})")
+    return 0
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    print(
+        describe(list_devices())
+        if args.verbose is False
+        else "\n\n".join(describe([d]) for d in list_devices())
+    )
+    return 0
+
+
+def cmd_ops(args: argparse.Namespace) -> int:
+    print(op_table(), end="")
+    return 0
+
+
+COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
+    "check": cmd_check,
+    "compile": cmd_compile,
+    "eval": cmd_eval,
+    "run": cmd_run,
+    "plan-memory": cmd_plan_memory,
+    "devices": cmd_devices,
+    "ops": cmd_ops,
+    "advise": cmd_advise,
+    "profile": cmd_profile,
+    "viz": cmd_viz,
+    "bench": cmd_bench,
+}
