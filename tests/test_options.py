@@ -142,3 +142,14 @@ def test_compile_takes_an_options_object_or_keywords_not_both():
     assert by_object == by_keywords
     with pytest.raises(UsageError, match="not both"):
         rtgraph.compile(program, device="toy", streams="list", options=options)
+
+
+def test_a_huge_bad_value_is_not_echoed_back(capsys):
+    huge = "x" * 100_000
+    assert main(["compile", str(MODELS / "mlp.rtg"), "--streams", huge]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"error: --streams {'x' * 40}…: unknown stream policy\n")
+    assert len(err) < 300
+    with pytest.raises(OptionError) as info:
+        CompileOptions(streams=huge)
+    assert info.value.message == f"streams='{'x' * 40}…': unknown stream policy"

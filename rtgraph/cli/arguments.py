@@ -11,7 +11,7 @@ import numpy as np
 
 from rtgraph import api
 from rtgraph.cli.parser import FLAGS
-from rtgraph.compiler.options import OPTIONS, CompileOptions, OptionError
+from rtgraph.compiler.options import OPTIONS, CompileOptions, OptionError, shown
 from rtgraph.emulator.admission import check_against_device
 from rtgraph.errors import RtgError, UsageError
 from rtgraph.ir.graph import Program
@@ -54,7 +54,7 @@ def compile_options(args: argparse.Namespace, **overrides: object) -> CompileOpt
     try:
         return CompileOptions(**{**chosen, **overrides})  # type: ignore[arg-type]
     except OptionError as e:
-        raise UsageError(f"{FLAGS[e.option]} {e.value}: {e.problem}", hint=e.hint) from None
+        raise UsageError(f"{FLAGS[e.option]} {shown(e.value)}: {e.problem}", hint=e.hint) from None
 
 
 def device_spec(args: argparse.Namespace, program, options: CompileOptions):

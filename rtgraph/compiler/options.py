@@ -32,12 +32,22 @@ from rtgraph.compiler.scheduling.policies import (
 from rtgraph.device.spec import DeviceSpec
 from rtgraph.errors import UsageError
 
+#: How much of a rejected value a message repeats (a megabyte-long --streams is not echoed).
+SHOWN_VALUE_CHARS = 40
+
+
+def shown(value: object) -> object:
+    """``value`` as a message repeats it: a long string cut to :data:`SHOWN_VALUE_CHARS`."""
+    if isinstance(value, str) and len(value) > SHOWN_VALUE_CHARS:
+        return value[:SHOWN_VALUE_CHARS] + "…"
+    return value
+
 
 class OptionError(UsageError):
     """A compile option with a value it does not take; ``option`` names the field."""
 
     def __init__(self, option: str, value: object, problem: str, hint: str | None = None):
-        super().__init__(f"{option}={value!r}: {problem}", hint=hint)
+        super().__init__(f"{option}={shown(value)!r}: {problem}", hint=hint)
         self.option = option
         self.value = value
         self.problem = problem
