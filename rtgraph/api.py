@@ -145,20 +145,36 @@ def run(
 def compare(
     outputs: Mapping[str, np.ndarray], reference: Mapping[str, np.ndarray]
 ) -> dict[str, dict[str, float]]:
-    """Per output: max absolute and relative error against the reference, and bit equality."""
+    """Per output: max absolute and relative error against the reference (over the values both
+    hold finite or equal), bit equality, and how many values are inf or NaN (``nonfinite``)."""
     report = {}
     for name, ref in reference.items():
         got = outputs.get(name)
         if got is None:
-            report[name] = {"max_abs": float("inf"), "max_rel": float("inf"), "equal": False}
+            report[name] = {
+                "max_abs": float("inf"),
+                "max_rel": float("inf"),
+                "equal": False,
+                "nonfinite": 0,
+            }
             continue
         a = np.asarray(got, dtype=np.float64)
         b = np.asarray(ref, dtype=np.float64)
-        diff = np.abs(a - b)
+        with np.errstate(invalid="ignore", over="ignore"):  # inf - inf: counted, not warned
+            same = (a == b) | (np.isnan(a) & np.isnan(b))
+            diff = np.where(same, 0.0, np.abs(a - b))
         finite = np.isfinite(diff)
         max_abs = float(diff[finite].max()) if finite.any() else 0.0
         scale = np.maximum(np.abs(b), 1e-30)
-        max_rel = float((diff / scale)[finite].max()) if finite.any() else 0.0
+        max_rel = float((diff[finite] / scale[finite]).max()) if finite.any() else 0.0
+        if not finite.all():  # one side inf or NaN where the other is not
+            max_abs = max_rel = float("inf")
         equal = bool(np.array_equal(np.asarray(got), np.asarray(ref), equal_nan=True))
-        report[name] = {"max_abs": max_abs, "max_rel": max_rel, "equal": equal}
+        nonfinite = int(a.size - np.count_nonzero(np.isfinite(a)))
+        report[name] = {
+            "max_abs": max_abs,
+            "max_rel": max_rel,
+            "equal": equal,
+            "nonfinite": nonfinite,
+        }
     return report

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -199,3 +200,16 @@ def test_bench_never_writes_over_a_model_of_its_folder(tmp_path, capsys):
     program.write_text(Path(ATTENTION).read_text())
     assert main(["bench", str(tmp_path), "-o", str(program), "-q"]) == 2
     assert "would overwrite the input" in capsys.readouterr().err
+
+
+def test_an_inf_output_is_reported_in_the_check_not_warned(tmp_path, capsys):
+    program = tmp_path / "inf.rtg"
+    program.write_text(
+        'device "toy"\nprogram p() {\n    input x : f16[4, 4]\n'
+        "    output y = exp(x * 0.0 + 100.0)\n}\n"
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a NumPy RuntimeWarning would fail the run
+        assert main(["run", str(program)]) == 0
+    out = capsys.readouterr().out
+    assert "  y                max abs 0  max rel 0  bit-equal  (16 of 16 values inf/NaN)" in out

@@ -145,9 +145,11 @@ def cmd_run(args: argparse.Namespace) -> int:
             print("\ncheck against the reference interpreter:")
             for name, r in report.items():
                 verdict = "bit-equal" if r["equal"] else "DIFFERS"
+                size = result.outputs[name].size if name in result.outputs else 0
+                odd = f"  ({r['nonfinite']} of {size} values inf/NaN)" if r["nonfinite"] else ""
                 print(
                     f"  {name:<16} max abs {r['max_abs']:.3g}  max rel {r['max_rel']:.3g}  "
-                    f"{verdict}"
+                    f"{verdict}{odd}"
                 )
     return 0
 
