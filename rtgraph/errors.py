@@ -17,6 +17,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 
 
 @dataclass(frozen=True, eq=False)
@@ -26,10 +27,15 @@ class Source:
     name: str
     text: str
 
-    def line(self, lineno: int) -> str:
+    @cached_property
+    def _lines(self) -> list[str]:
         # Only "\n" ends a line (as for the lexer): str.splitlines() would also split on
-        # form feeds and Unicode separators inside comments and show the wrong line.
-        lines = self.text.split("\n")
+        # form feeds and Unicode separators inside comments and show the wrong line. Split once:
+        # a hundred errors in a large file must not split it a hundred times.
+        return self.text.split("\n")
+
+    def line(self, lineno: int) -> str:
+        lines = self._lines
         return lines[lineno - 1].rstrip("\r") if 1 <= lineno <= len(lines) else ""
 
 

@@ -111,6 +111,13 @@ REQUIRED = [
     "nested_too_deeply",
     "multiple_errors",
     "device_path",
+    "too_many_errors",
+    "inlining_doubles",
+    "loop_too_many_operations",
+    "param_array_too_long",
+    "param_array_too_large",
+    "too_many_declarations",
+    "tensor_too_many_dimensions",
 ]
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import gc
 import os
+import stat
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
@@ -18,7 +19,13 @@ from rtgraph.frontend.checker import check_module
 from rtgraph.frontend.parser import parse_module
 from rtgraph.ir.graph import Program
 
-__all__ = ["load", "parse", "parse_module"]
+__all__ = ["MAX_SOURCE_BYTES", "load", "parse", "parse_module"]
+
+#: Size of a program's source (bytes of a file, characters of a string): a 50,000-line program
+#: is about 1.7 MB. A file is measured before it is read, and never read past the limit.
+MAX_SOURCE_BYTES = 4 * 2**20
+
+_SPLIT_HINT = "split the program; for loops and functions write repetition once"
 
 
 def parse(
@@ -33,6 +40,14 @@ def parse(
     ``device_capacity`` (bytes), when given, refuses tensors and buffers that do not fit in
     the device's memory; without it only sizes beyond any device (2**48 bytes) are refused.
     """
+    if len(text) > MAX_SOURCE_BYTES:
+        line = text.count("\n", 0, MAX_SOURCE_BYTES) + 1
+        col = MAX_SOURCE_BYTES - (text.rfind("\n", 0, MAX_SOURCE_BYTES) + 1) + 1
+        raise RtgSyntaxError(
+            f"the program is longer than {MAX_SOURCE_BYTES:,} characters",
+            Span(Source(filename, text), line, col, line, col + 1),
+            hint=_SPLIT_HINT,
+        )
     try:
         module, literal_errors = parse_module(text, filename)
         return check_module(module, params, device_capacity=device_capacity, errors=literal_errors)
@@ -61,6 +76,38 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
+def _read_source(path: str | os.PathLike) -> bytes:
+    """The bytes of a regular file of at most :data:`MAX_SOURCE_BYTES`, checked before reading
+    (a FIFO would block, ``/dev/zero`` never end) and never read past the limit."""
+    name = str(path)
+    try:
+        info = os.stat(path)
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError
+        if not stat.S_ISREG(info.st_mode):
+            raise RtgError(f"cannot read {name}: it is not a regular file", hint="name a .rtg file")
+        if info.st_size > MAX_SOURCE_BYTES:
+            raise RtgError(
+                f"cannot read {name}: it is {info.st_size:,} bytes, more than a program may "
+                f"have ({MAX_SOURCE_BYTES:,})",
+                hint=_SPLIT_HINT,
+            )
+        with Path(path).open("rb") as f:
+            data = f.read(MAX_SOURCE_BYTES + 1)
+    except FileNotFoundError:
+        raise RtgError(f"cannot read {name}: no such file", hint="check the path") from None
+    except IsADirectoryError:
+        raise RtgError(f"cannot read {name}: it is a directory", hint="name a .rtg file") from None
+    except OSError as e:
+        raise RtgError(f"cannot read {name}: {e.strerror or e}") from None
+    if len(data) > MAX_SOURCE_BYTES:  # it grew after it was measured
+        raise RtgError(
+            f"cannot read {name}: it grew past {MAX_SOURCE_BYTES:,} bytes while it was read",
+            hint=_SPLIT_HINT,
+        )
+    return data
+
+
 def load(
     path: str | os.PathLike,
     params: Mapping[str, int] | None = None,
@@ -68,15 +115,8 @@ def load(
     device_capacity: int | None = None,
 ) -> Program:
     """Read, parse and check the .rtg file at ``path``."""
+    data = _read_source(path)
     name = str(path)
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise RtgError(f"cannot read {name}: no such file", hint="check the path") from None
-    except IsADirectoryError:
-        raise RtgError(f"cannot read {name}: it is a directory", hint="name a .rtg file") from None
-    except OSError as e:
-        raise RtgError(f"cannot read {name}: {e.strerror or e}") from None
     try:
         text = data.decode("utf-8-sig")
     except UnicodeDecodeError as e:

@@ -13,19 +13,29 @@ from collections.abc import Mapping
 
 from rtgraph.device import device_name_problem
 from rtgraph.errors import CheckError, RtgError, Span, did_you_mean
-from rtgraph.frontend import ast, consteval
+from rtgraph.frontend import ast, consteval, emit
 from rtgraph.frontend.buffers import PlacedBuffer, check_placement
 from rtgraph.frontend.calls import Bind
 from rtgraph.frontend.emit import Diagnostics, IRBuilder, ProgramTooLarge
-from rtgraph.frontend.functions import check_body, find_recursion
+from rtgraph.frontend.functions import (
+    Cost,
+    block_cost,
+    call_costs,
+    check_body,
+    find_recursion,
+    literal,
+)
 from rtgraph.frontend.parser import INT_LIMIT
 from rtgraph.frontend.streams import StreamChecker
 from rtgraph.frontend.values import POISON, Bound, FnRef, Scope, Value, describe
 from rtgraph.ir.graph import Program, Tensor
 from rtgraph.ops import lookup
 
-#: Statements run (loop iterations included) before checking gives up on a program.
-MAX_STEPS = 2_000_000
+#: Steps run before checking gives up on a program: statements, loop iterations and function
+#: calls inlined. A loop or a call whose fewest steps would pass it is refused before it runs;
+#: reached step by step (no loop or call passes it at once), it stops a program within a
+#: second or so (a call inlined costs about 10 µs, an empty iteration about 1 µs).
+MAX_STEPS = 100_000
 #: Deepest chain of nested function calls.
 MAX_CALL_DEPTH = 64
 
@@ -45,6 +55,7 @@ class Checker(StreamChecker):
         self.stream: str | None = None
         self.active_fns: list[str] = []
         self.recursive: set[str] = set()
+        self.costs: dict[str, Cost] = {}  # the fewest steps and nodes a call of each fn runs
         self.fn_calls: dict[str, int] = {}
         self.streams: list[str] = []
         self.events: list[str] = []
@@ -57,23 +68,31 @@ class Checker(StreamChecker):
         self.abstract = False  # checking a function body without arguments
 
     # --- the whole file --------------------------------------------------------------------
-    def check(self, params: Mapping[str, int] | None) -> Program:
-        device, program = self.items()
-        if program is None:
-            span = Span(self.module.source, 1, 1, 1, 2)
-            self.error("no program in this file", span, hint="add `program name() { ... }`")
-            self.diagnostics.raise_if_any()
-        assert program is not None
+    def check(self, params: Mapping[str, int] | None, errors: list[RtgError]) -> Program:
+        """The checked program; raises every error found (``errors``: the parser's)."""
+        device: ast.DeviceDirective | None = None
+        program: ast.ProgramDef | None = None
         values: dict[str, int] = {}
         try:
-            values = self.bind_params(program, params or {})
-            self.run_block(program.body)
-            self.check_uncalled_functions()
+            for error in errors:
+                self.report(error)
+            device, program = self.items()
+            if program is None:
+                span = Span(self.module.source, 1, 1, 1, 2)
+                self.error("no program in this file", span, hint="add `program name() { ... }`")
+            else:
+                values = self.bind_params(program, params or {})
+                self.run_block(program.body)
+                self.check_uncalled_functions()
         except ProgramTooLarge as e:
-            self.report(e.error)
-        for error in check_placement(self.buffers, self.ir.device_capacity):
-            self.report(error)
+            self.diagnostics.last(e.error)
+        try:
+            for error in check_placement(self.buffers, self.ir.device_capacity):
+                self.report(error)
+        except ProgramTooLarge as e:
+            self.diagnostics.last(e.error)
         self.diagnostics.raise_if_any()
+        assert program is not None
         return Program(
             name=program.name.name,
             params=values,
@@ -140,6 +159,7 @@ class Checker(StreamChecker):
         for fn in fns.values():
             check_body(fn, self.diagnostics)
         self.recursive = find_recursion(fns, self.diagnostics)
+        self.costs = call_costs(fns, self.recursive)
         return device, program
 
     def bind_params(self, program: ast.ProgramDef, given: Mapping[str, int]) -> dict[str, int]:
@@ -274,10 +294,17 @@ class Checker(StreamChecker):
             return
         if start is None or stop is None:
             return
+        if stop <= start:
+            return  # no iteration: the body never runs
         header = st.span.to(st.stop.span)
-        # Fail before unrolling a loop that could not finish (each iteration is a step).
-        if self.steps + max(0, stop - start) * max(1, len(st.body)) > MAX_STEPS:
+        # Fail before unrolling a loop that could not finish (each iteration is a step, and
+        # so is each statement and call of its body; the op calls it makes at least).
+        least = (Cost(1) + block_cost(st.body, self.callee_cost, self.known_int)).times(
+            stop - start
+        )
+        if self.steps + least.steps > MAX_STEPS:
             self.tick(header, MAX_STEPS)
+        self.check_nodes(least.nodes, header, "loops are unrolled at compile time")
         outer = self.scope
         try:
             for i in range(start, stop):
@@ -287,6 +314,36 @@ class Checker(StreamChecker):
                 self.run_block(st.body)
         finally:
             self.scope = outer
+
+    def callee_cost(self, name: str) -> Cost | None:
+        """What a call of ``name`` costs at least here (None: it is no name, maybe an op)."""
+        bound = self.scope.lookup(name)
+        if bound is None:
+            return None
+        if not isinstance(bound.value, FnRef):
+            return Cost()
+        return self.costs.get(bound.value.fn.name.name, Cost(1))
+
+    def known_int(self, expr: ast.Expr) -> int | None:
+        """A loop bound known before the loop runs: a literal, a const, a parameter, an
+        enclosing loop's variable or a function argument (none of them can be rebound)."""
+        value = literal(expr)
+        if value is None and isinstance(expr, ast.Name):
+            bound = self.scope.lookup(expr.id)
+            if bound is not None and bound.kind in ("const", "loop", "arg"):
+                value = consteval.as_int(bound.value)
+        return value
+
+    def check_nodes(self, more: int, span: Span, why: str) -> None:
+        """Refuse to make ``more`` nodes (at least) when they would pass ``MAX_NODES``."""
+        if len(self.ir.nodes) + more > emit.MAX_NODES:
+            raise ProgramTooLarge(
+                CheckError(
+                    f"the program expands to more than {emit.MAX_NODES:,} operations",
+                    span,
+                    hint=f"{why}; this makes at least {more:,} operations",
+                )
+            )
 
     def s_return(self, st: ast.Return) -> None:
         if not self.active_fns:
@@ -348,6 +405,18 @@ class Checker(StreamChecker):
             return self.error(
                 f"function calls nest more than {MAX_CALL_DEPTH} deep", call.func.span
             )
+        cost = self.costs.get(name, Cost(1))
+        self.check_nodes(cost.nodes, call.func.span, f"'{name}' is inlined at every call")
+        if self.steps + cost.steps > MAX_STEPS:  # refused before inlining 2**n calls
+            raise ProgramTooLarge(
+                CheckError(
+                    f"the program runs more than {MAX_STEPS:,} statements when unrolled",
+                    call.func.span,
+                    hint=f"a call of '{name}' runs at least {cost.steps:,} statements and "
+                    "calls: functions are inlined at every call",
+                )
+            )
+        self.tick(call.func.span)
         self.fn_calls[name] = self.fn_calls.get(name, 0) + 1
         scope = Scope(self.globals, f"{self.scope.prefix}{name}.{self.fn_calls[name]}/")
         for param, value in zip(fn.params, args, strict=True):
@@ -390,7 +459,4 @@ def check_module(
     errors: list[RtgError] | None = None,
 ) -> Program:
     """The checked program of ``module``; raises every error found (with ``errors`` given)."""
-    checker = Checker(module, device_capacity)
-    for e in errors or ():
-        checker.report(e)
-    return checker.check(params)
+    return Checker(module, device_capacity).check(params, errors or [])

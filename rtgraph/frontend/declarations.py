@@ -8,9 +8,10 @@ level of the program, never inside ``for``/``on`` blocks or functions.
 from __future__ import annotations
 
 from rtgraph.dtypes import DTYPES
-from rtgraph.errors import did_you_mean
+from rtgraph.errors import CapacityError, did_you_mean
 from rtgraph.frontend import ast, consteval
 from rtgraph.frontend.buffers import PlacedBuffer
+from rtgraph.frontend.emit import ADDRESS_LIMIT, format_bytes
 from rtgraph.frontend.expressions import ExpressionChecker
 from rtgraph.frontend.values import (
     POISON,
@@ -23,6 +24,9 @@ from rtgraph.frontend.values import (
     is_number,
 )
 from rtgraph.ir.graph import TensorType
+
+#: Elements of one ``param w[N]`` array (each is a tensor of its own, planned and seeded).
+MAX_PARAM_ARRAY = 4096
 
 _INPUT_HINTS = {"pinned": True, "pageable": False}
 _PARAM_HINTS = ("direct", "cached")
@@ -165,6 +169,14 @@ class DeclarationChecker(ExpressionChecker):
             if count is not None and count <= 0:
                 self.error(f"param array length {count} is not a positive integer", st.count.span)
                 count = None
+            elif count is not None and count > MAX_PARAM_ARRAY:
+                self.error(
+                    f"param array length {count:,} is more than {MAX_PARAM_ARRAY:,}",
+                    st.count.span,
+                    hint="each element is a tensor of its own; stack them into one param "
+                    "with one more dimension",
+                )
+                count = None
         type_ = self.tensor_type(st.type)
         name = st.name.name
         if self.scope.lookup(name) is not None:
@@ -172,9 +184,12 @@ class DeclarationChecker(ExpressionChecker):
             return
         value: Value = POISON
         if type_ is not None and self.ir.fits(name, type_, st.span):
+            if count is not None and not self.array_fits(name, count, type_.nbytes, st):
+                count = None
             if st.count is None:
                 value = self.ir.tensor(name, type_, "param", st.span, name, alloc=alloc)
             elif count is not None:
+                self.ir.make_room(st.span, count)  # for every element, before making any
                 elements = tuple(
                     self.ir.tensor(
                         f"{name}[{i}]", type_, "param", st.span, f"{name}[{i}]", alloc=alloc
@@ -183,6 +198,26 @@ class DeclarationChecker(ExpressionChecker):
                 )
                 value = ParamArray(name, elements)
         self.declare(st.name, value, "param")
+
+    def array_fits(self, name: str, count: int, nbytes: int, st: ast.ParamDecl) -> bool:
+        """Whether ``count`` params of ``nbytes`` each fit together; reports why not."""
+        total = count * nbytes
+        capacity = self.ir.device_capacity
+        if total < ADDRESS_LIMIT and (capacity is None or total <= capacity):
+            return True
+        where = (
+            "more than any device can address (2**48)"
+            if total >= ADDRESS_LIMIT
+            else f"more than the device's memory ({format_bytes(capacity)})"
+        )
+        self.error(
+            f"param array '{name}' ({count:,} × {format_bytes(nbytes)}) needs {total:,} bytes, "
+            f"{where}",
+            st.span,
+            hint="lower the array length or the shape (-D NAME=value)",
+            cls=CapacityError,
+        )
+        return False
 
     def s_const(self, st: ast.ConstDecl) -> None:
         value = self.eval(st.value)

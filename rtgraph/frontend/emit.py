@@ -4,7 +4,8 @@
 being built: it hands out unique IR names, refuses tensors no device could hold, and counts
 nodes so that unrolling and inlining cannot grow a program without bound.
 :class:`Diagnostics` collects every independent error once (a loop body or a function inlined
-many times reports each mistake at its source position only once).
+many times reports each mistake at its source position only once), and stops checking after
+:data:`MAX_ERRORS` of them, as compilers do.
 """
 
 from __future__ import annotations
@@ -22,9 +23,24 @@ ADDRESS_LIMIT = 2**48
 #: beyond any model, and reached in seconds, so a runaway program fails fast.
 MAX_NODES = 200_000
 
+#: Distinct errors one check reports; the next one ends checking with "too many errors;
+#: stopping" (a file of 20,000 mistakes would otherwise be checked, and shown, in full).
+MAX_ERRORS = 100
+
+#: Dimensions a tensor may have (NumPy, which holds every tensor's data, allows 32 to 64).
+MAX_RANK = 32
+
+#: Inputs, params (each element of a param array) and buffers one program may declare: each is
+#: planned, seeded and copied, so their number is bounded before any of that work.
+MAX_DECLARED = 10_000
+
+#: The kinds of tensor a program declares (the others are made by its ops).
+DECLARED_KINDS = ("input", "param", "buffer")
+
 
 class ProgramTooLarge(Exception):
-    """Unrolling or inlining went past :data:`MAX_NODES`; checking stops."""
+    """A limit of the front end was reached (:data:`MAX_NODES`, :data:`MAX_ERRORS`, ...);
+    checking stops and ``error`` says which."""
 
     def __init__(self, error: RtgError) -> None:
         super().__init__(error.message)
@@ -36,17 +52,44 @@ class Diagnostics:
 
     def __init__(self) -> None:
         self._errors: dict[tuple, RtgError] = {}
+        #: The "too many errors" error, once :data:`MAX_ERRORS` were collected.
+        self.stopped: RtgError | None = None
 
     def add(self, error: RtgError) -> None:
+        """Collect ``error``; raises :class:`ProgramTooLarge` when there are too many."""
+        if not self._keep(error):
+            assert self.stopped is not None
+            raise ProgramTooLarge(self.stopped)
+
+    def last(self, error: RtgError) -> None:
+        """Collect the error that stopped checking (never raises)."""
+        self._keep(error)
+
+    def _keep(self, error: RtgError) -> bool:
+        if self.stopped is not None:
+            return error is self.stopped
         s = error.span
         key = (s.line, s.col, error.message) if s is not None else (0, 0, error.message)
-        self._errors.setdefault(key, error)
+        if key in self._errors:
+            return True
+        if len(self._errors) < MAX_ERRORS:
+            self._errors[key] = error
+            return True
+        self.stopped = CheckError(
+            "too many errors; stopping",
+            s,
+            hint=f"only the first {MAX_ERRORS} errors are reported; fix them and check again",
+        )
+        return False
 
     def __len__(self) -> int:
         return len(self._errors)
 
     def raise_if_any(self) -> None:
-        raise_all(list(self._errors.values()))
+        errors = list(self._errors.values())
+        if self.stopped is not None:
+            errors.append(self.stopped)
+        raise_all(errors)
 
 
 def format_bytes(n: int) -> str:
@@ -66,6 +109,7 @@ class IRBuilder:
         self.device_capacity = device_capacity
         self._temps = 0
         self._consts = 0
+        self.declared = 0
 
     def fresh(self, candidate: str) -> str:
         """``candidate``, or ``candidate#k`` for the first ``k`` not yet taken."""
@@ -83,6 +127,15 @@ class IRBuilder:
 
     def fits(self, label: str, type_: TensorType, span: Span | None) -> bool:
         """Whether a tensor of ``type_`` could exist; reports why not."""
+        if len(type_.shape) > MAX_RANK:
+            self.diagnostics.add(
+                CheckError(
+                    f"tensor '{label}' has {len(type_.shape)} dimensions, more than {MAX_RANK}",
+                    span,
+                    hint=f"tensors have at most {MAX_RANK} dimensions; merge some with reshape",
+                )
+            )
+            return False
         nbytes = type_.nbytes
         if nbytes >= ADDRESS_LIMIT:
             self.diagnostics.add(
@@ -115,11 +168,32 @@ class IRBuilder:
         display: str,
         **fields,
     ) -> Tensor:
-        """Add a tensor under the unique form of ``name`` (capacity is the caller's check)."""
+        """Add a tensor under the unique form of ``name`` (capacity is the caller's check).
+
+        A declared tensor (input, param, buffer) past :data:`MAX_DECLARED` stops checking.
+        """
+        if kind in DECLARED_KINDS:
+            self.declare(span)
         unique = name if name not in self.tensors else self.fresh(name)
         tensor = Tensor(unique, type_, kind, span, display, **fields)
         self.tensors[unique] = tensor
         return tensor
+
+    def declare(self, span: Span | None) -> None:
+        """Count one declared tensor; stop checking past :data:`MAX_DECLARED`."""
+        self.make_room(span, 1)
+        self.declared += 1
+
+    def make_room(self, span: Span | None, count: int) -> None:
+        """Stop checking if ``count`` more declared tensors would pass :data:`MAX_DECLARED`."""
+        if self.declared + count > MAX_DECLARED:
+            raise ProgramTooLarge(
+                CheckError(
+                    f"the program declares more than {MAX_DECLARED:,} inputs, params and buffers",
+                    span,
+                    hint="each element of a param array counts; pass data in fewer, larger tensors",
+                )
+            )
 
     def const(self, value: int | float, dtype: str, span: Span | None) -> Tensor:
         """A scalar constant tensor (a number used with a tensor takes the tensor's dtype)."""

@@ -10,6 +10,7 @@ value becomes :data:`~rtgraph.frontend.values.POISON`.
 
 from __future__ import annotations
 
+from itertools import islice
 from typing import Any
 
 from rtgraph.dtypes import DTYPES
@@ -22,6 +23,10 @@ from rtgraph.ops import all_ops, lookup
 
 #: Deepest expression nesting checked (deeper input is refused, never a RecursionError).
 MAX_DEPTH = 200
+
+#: Names a did-you-mean hint compares a misspelt name with (the nearest scopes first): each
+#: comparison costs, and a program may bind tens of thousands of names.
+MAX_SUGGESTION_CANDIDATES = 500
 
 INFIX_OPS = {"+": "add", "-": "sub", "*": "mul", "/": "div", "@": "matmul", "%": "mod"}
 
@@ -60,7 +65,7 @@ class ExpressionChecker(CallChecker):
         return self.undefined(expr.id, expr.span)
 
     def undefined(self, name: str, span: Span) -> Any:
-        hint = did_you_mean(name, self.scope.visible())
+        hint = did_you_mean(name, islice(self.scope.visible(), MAX_SUGGESTION_CANDIDATES))
         if hint is None and lookup(name) is not None:
             hint = f"'{name}' is an op: call it, e.g. {name}(x)"
         elif hint is None and name in DTYPES:
@@ -181,7 +186,8 @@ class ExpressionChecker(CallChecker):
         if op is None:
             for arg in call.args:
                 self.eval(arg)
-            candidates = [*all_ops(), *self.scope.visible(), "min", "max"]
+            visible = islice(self.scope.visible(), MAX_SUGGESTION_CANDIDATES)
+            candidates = [*all_ops(), *visible, "min", "max"]
             return self.error(
                 f"unknown op '{name}'", call.func.span, did_you_mean(name, candidates)
             )

@@ -1,17 +1,23 @@
 """Checks on ``fn`` definitions that need no arguments: body shape and recursion.
 
 Functions are inlined at every call, so a cycle of calls would never end; it is found here,
-once, on the call graph, and reported at the call that closes the cycle. Walks use explicit
-stacks: a deeply nested expression must not exhaust Python's recursion limit.
+once, on the call graph, and reported at the call that closes the cycle. A chain of functions
+that each call the next twice ends, but after 2**n inlined calls: :func:`call_costs` gives
+each function the fewest steps a call of it runs, so that the checker refuses such a call
+before inlining it. Walks use explicit stacks: a deeply nested expression must not exhaust
+Python's recursion limit.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 
 from rtgraph.errors import CheckError
 from rtgraph.frontend import ast
+from rtgraph.frontend.consteval import SCALAR_FUNCTIONS
 from rtgraph.frontend.emit import Diagnostics
+from rtgraph.ops import lookup
 
 #: Statements that declare program-level things and so may not appear inside a function.
 _PROGRAM_ONLY = {
@@ -67,6 +73,138 @@ def calls(body: tuple[ast.Stmt, ...]) -> Iterator[ast.Call]:
             if isinstance(node, ast.Call):
                 yield node
             stack.extend(reversed(_children(node)))
+
+
+def _expr_calls(exprs: Iterable) -> Iterator[ast.Call]:
+    stack = list(reversed(tuple(exprs)))
+    while stack:
+        node = stack.pop()
+        if isinstance(node, ast.Call):
+            yield node
+        stack.extend(reversed(_children(node)))
+
+
+#: Where a count saturates (a chain of 10,000 doubling functions needs no 10,000-bit int).
+COST_CAP = 2**62
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The fewest steps (statements, loop iterations, calls) and op nodes some code runs."""
+
+    steps: int = 0
+    nodes: int = 0
+
+    def __add__(self, other: Cost) -> Cost:
+        return Cost(
+            min(self.steps + other.steps, COST_CAP), min(self.nodes + other.nodes, COST_CAP)
+        )
+
+    def times(self, n: int) -> Cost:
+        return Cost(min(self.steps * n, COST_CAP), min(self.nodes * n, COST_CAP))
+
+
+NO_COST = Cost()
+
+
+def _trips(loop: ast.ForLoop, known: Callable[[ast.Expr], int | None]) -> int:
+    """Iterations of ``loop`` when both bounds are already known, else 0 (a lower bound)."""
+    start, stop = known(loop.start), known(loop.stop)
+    return max(0, stop - start) if start is not None and stop is not None else 0
+
+
+def literal(expr: ast.Expr) -> int | None:
+    """An integer written as a literal, else None."""
+    if isinstance(expr, ast.Number) and isinstance(expr.value, int):
+        return expr.value
+    if isinstance(expr, ast.Neg):
+        inner = literal(expr.operand)
+        return -inner if inner is not None else None
+    return None
+
+
+def block_cost(
+    body: tuple[ast.Stmt, ...],
+    callee: Callable[[str], Cost | None],
+    known: Callable[[ast.Expr], int | None] = literal,
+) -> Cost:
+    """The fewest steps and op nodes running ``body`` takes, functions inlined.
+
+    ``callee(name)`` is the cost of calling ``name`` (None: an op or nothing); ``known(expr)``
+    a loop bound known before the code runs (else the loop counts no iteration). An ``on``
+    body counts once; only explicit op calls count as nodes (an operator on numbers folds); a
+    call whose arguments fail is not made, so this bounds a program without errors — checked
+    before a loop is unrolled or a function inlined, it refuses a runaway program at once.
+    """
+    total = NO_COST
+    for stmt in body:
+        if total.steps >= COST_CAP:
+            break
+        total += Cost(1) + _calls_cost(_stmt_exprs(stmt), callee)
+        if isinstance(stmt, ast.OnBlock):
+            total += block_cost(stmt.body, callee, known)
+        elif isinstance(stmt, ast.ForLoop):
+            trips = _trips(stmt, known)
+            if trips:
+                inner = Cost(1) + block_cost(stmt.body, callee, known)
+                total += inner.times(trips)
+    return total
+
+
+def _calls_cost(exprs: Iterable, callee: Callable[[str], Cost | None]) -> Cost:
+    total = NO_COST
+    for call in _expr_calls(exprs):
+        name = call.func.name
+        cost = callee(name)
+        if cost is not None:
+            total += cost
+        elif lookup(name) is not None and name not in SCALAR_FUNCTIONS:
+            total += Cost(0, 1)
+    return total
+
+
+def call_costs(fns: dict[str, ast.FnDef], recursive: set[str]) -> dict[str, Cost]:
+    """The fewest steps and nodes an inlined call of each function runs (see
+    :func:`block_cost`): the call itself, its statements, what its ``return`` calls.
+
+    Callees first, by an explicit post-order walk of the call graph; a recursive function is
+    never inlined and costs nothing.
+    """
+    local = {name: _local_names(fn) for name, fn in fns.items()}
+    callees = {
+        name: [
+            c.func.name
+            for c in calls(fn.body)
+            if c.func.name in fns and c.func.name not in local[name]
+        ]
+        for name, fn in fns.items()
+    }
+    costs: dict[str, Cost] = {name: NO_COST for name in recursive if name in fns}
+    for root in fns:
+        stack, visiting = [root], {root}
+        while stack:
+            name = stack[-1]
+            if name in costs:
+                stack.pop()
+                continue
+            pending = [c for c in callees[name] if c not in costs and c not in visiting]
+            if pending:
+                stack.extend(pending)
+                visiting.update(pending)
+                continue
+            stack.pop()
+
+            def callee(c: str, name: str = name) -> Cost | None:
+                if c in local[name]:
+                    return NO_COST  # a local value called: not a function known here
+                return costs.get(c, NO_COST) if c in fns else None
+
+            fn = fns[name]
+            body, returned = fn.body, NO_COST
+            if body and isinstance(body[-1], ast.Return):
+                body, returned = body[:-1], _calls_cost((body[-1].value,), callee)
+            costs[name] = Cost(1) + block_cost(body, callee) + returned
+    return costs
 
 
 def _local_names(fn: ast.FnDef) -> set[str]:

@@ -31,6 +31,10 @@ _MASTER = re.compile(
 )
 
 
+#: Tokens one program may have (a 50,000-line program has about 400,000): the token list and
+#: the tree built from it grow with them, so they are counted as they are made.
+MAX_TOKENS = 1_000_000
+
 #: Infix operators: a line that starts with one continues the expression above it.
 _CONTINUING = frozenset({"|>", "+", "-", "*", "/", "%", "@"})
 
@@ -64,10 +68,22 @@ class LexError(Exception):
         self.column = column
 
 
+class TooManyTokens(Exception):
+    """The text has more than :data:`MAX_TOKENS` tokens; the one past them is at ``line``."""
+
+    def __init__(self, line: int, column: int, end_column: int) -> None:
+        super().__init__(f"more than {MAX_TOKENS} tokens at {line}:{column}")
+        self.line = line
+        self.column = column
+        self.end_column = end_column
+
+
 def tokenize(text: str, punctuation: Mapping[str, str], keywords: Mapping[str, str]) -> list[Tok]:
     """The token list of ``text``, separators resolved, ending with a ``$END`` token.
 
-    ``punctuation`` and ``keywords`` map token text to the grammar's terminal names.
+    ``punctuation`` and ``keywords`` map token text to the grammar's terminal names. Raises
+    :class:`LexError` at a character no token starts with, :class:`TooManyTokens` past
+    :data:`MAX_TOKENS`.
     """
     match = _MASTER.match
     tokens: list[Tok] = []
@@ -113,6 +129,8 @@ def tokenize(text: str, punctuation: Mapping[str, str], keywords: Mapping[str, s
                 append(pending)
             pending = None
         append(Tok(kind, value, line, column, column + len(value)))
+        if len(tokens) > MAX_TOKENS:
+            raise TooManyTokens(line, column, column + len(value))
     if pending is not None:
         append(pending)
     column = pos - line_start + 1

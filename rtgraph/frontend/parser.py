@@ -31,7 +31,7 @@ from lark.parsers.lalr_analysis import Shift
 from rtgraph.errors import RtgError, RtgSyntaxError, Source, Span
 from rtgraph.frontend import ast
 from rtgraph.frontend.build_ast import INT_LIMIT, AstBuilder
-from rtgraph.frontend.lexer import LexError, Tok, tokenize
+from rtgraph.frontend.lexer import MAX_TOKENS, LexError, Tok, TooManyTokens, tokenize
 from rtgraph.frontend.syntax_errors import syntax_error
 
 __all__ = ["INT_LIMIT", "grammar", "parse_module"]
@@ -250,6 +250,12 @@ def parse_module(text: str, filename: str = "<string>") -> tuple[ast.Module, lis
         items = _drive(g, tokenize(text, g.punctuation, g.keywords), builder)
     except (LexError, _Stuck) as stuck:
         raise _explain(g, source, stuck) from None
+    except TooManyTokens as e:
+        raise RtgSyntaxError(
+            f"the program has more than {MAX_TOKENS:,} tokens",
+            Span(source, e.line, e.column, e.line, e.end_column),
+            hint="split the program; for loops and functions write repetition once",
+        ) from None
     return ast.Module(items, source), builder.errors
 
 
