@@ -6,8 +6,8 @@ next twice, giant param arrays, runaway loops, many errors, random byte mutation
 models. Each example must end in a checked program or an :class:`RtgError` (never another
 exception), within :data:`CPU_LIMIT` seconds of CPU and :data:`MEMORY_LIMIT` bytes of peak
 Python allocation (``tracemalloc``, which also slows the run: the bounds are generous guards
-against a runaway, not benchmarks). The default suite runs 5,000 examples; the slow one
-(``-m slow``) 100,000. The hand-written corpus ``tests/hostile/frontend/*.rtg`` checks each
+against a runaway, not benchmarks). The default suite runs 1,000 examples; the soak one
+(``-m soak``) 100,000. The hand-written corpus ``tests/hostile/frontend/*.rtg`` checks each
 input's exact message; the limits that need big inputs are generated here.
 """
 
@@ -52,7 +52,7 @@ DEFAULT_EXAMPLES = {
     "many_statements": 80,
     "long_lines": 120,
 }
-#: The slow run (``pytest -m slow``) runs this many times as many: 100,000 programs.
+#: The soak run (``pytest -m soak``) runs this many times as many: 100,000 programs.
 SLOW_FACTOR = 100
 
 _PROGRAM = "program p(N = 4) {{\n    input x : f32[4]\n{}\n}}\n"
@@ -271,7 +271,7 @@ def test_hostile_programs_fail_fast_with_rtg_errors(name: str) -> None:
     check()
 
 
-@pytest.mark.slow
+@pytest.mark.soak
 @pytest.mark.parametrize("name", sorted(STRATEGIES))
 def test_hostile_programs_many(name: str) -> None:
     @_settings(DEFAULT_EXAMPLES[name] * SLOW_FACTOR)

@@ -127,7 +127,7 @@ def test_threads_on_two_devices_at_once():
     _stress(("toy", "ascend-910b"))
 
 
-@pytest.mark.slow
+@pytest.mark.soak
 def test_the_stress_test_passes_twenty_times_in_a_row():
     for _ in range(20):
         rt.reset()
