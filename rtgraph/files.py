@@ -42,7 +42,7 @@ from typing import BinaryIO
 
 from rtgraph.errors import UsageError
 
-__all__ = ["atomic_output", "exit_on_sigterm", "write_atomic"]
+__all__ = ["atomic_output", "exit_on_sigterm", "open_for_reading", "read_at_most", "write_atomic"]
 
 #: The exit status of a process ended by SIGTERM, as a shell reports it (128 + 15).
 SIGTERM_STATUS = 128 + signal.SIGTERM
@@ -164,3 +164,33 @@ def _remove_quietly(tmp: Path) -> None:
     """Remove the temporary file if it is still there; a failure here must not hide the first."""
     with suppress(OSError):
         os.unlink(tmp)
+
+
+# --- reading what a user names ---------------------------------------------------------------
+
+
+def open_for_reading(path: str | os.PathLike[str]) -> tuple[int, os.stat_result]:
+    """A read-only descriptor of ``path`` and its status, so that the caller can refuse a file
+    that is not regular, or too large, before reading a byte of it. Opened without blocking: a
+    FIFO cannot hang the open. Raises ``OSError`` as :func:`os.open` does; the caller closes
+    the descriptor."""
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    try:
+        return fd, os.fstat(fd)
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def read_at_most(fd: int, limit: int) -> bytes:
+    """Up to ``limit`` bytes from ``fd`` (fewer at its end): a file that grew, or lied about its
+    size, after it was looked at is still never read past the limit."""
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = os.read(fd, min(1 << 20, limit - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)

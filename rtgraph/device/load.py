@@ -39,6 +39,7 @@ from rtgraph.device.document import (
 from rtgraph.device.schema import Checker, build_spec, show_value
 from rtgraph.device.spec import DeviceSpec
 from rtgraph.errors import DeviceSpecError, did_you_mean
+from rtgraph.files import open_for_reading, read_at_most
 
 # --- loading -------------------------------------------------------------------------------
 
@@ -191,21 +192,20 @@ def _file_doc(path: Path, referrer: Doc | None) -> Doc:
             f"shipped devices: {', '.join(shipped_names())}",
         )
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        fd, info = open_for_reading(path)
     except FileNotFoundError:
         hint = f"shipped devices: {', '.join(shipped_names())}; or pass a path to a .toml file"
         raise refuse(f"no device spec file '{path}'", hint) from None
     except OSError as exc:
         raise refuse(f"cannot read device spec '{path}': {exc.strerror}") from None
     try:
-        info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise refuse(f"'{path}' is not a regular file")
         if info.st_size > MAX_SPEC_BYTES:
             raise refuse(
                 f"device spec '{path}' is {info.st_size:,} bytes; the limit is {MAX_SPEC_BYTES:,}"
             )
-        data = os.read(fd, MAX_SPEC_BYTES + 1)
+        data = read_at_most(fd, MAX_SPEC_BYTES + 1)
     finally:
         os.close(fd)
     if len(data) > MAX_SPEC_BYTES:

@@ -12,9 +12,9 @@ import os
 import stat
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
-from pathlib import Path
 
 from rtgraph.errors import RtgError, RtgSyntaxError, Source, Span
+from rtgraph.files import open_for_reading, read_at_most
 from rtgraph.frontend.checker import check_module
 from rtgraph.frontend.parser import parse_module
 from rtgraph.ir.graph import Program
@@ -81,19 +81,23 @@ def _read_source(path: str | os.PathLike) -> bytes:
     (a FIFO would block, ``/dev/zero`` never end) and never read past the limit."""
     name = str(path)
     try:
-        info = os.stat(path)
-        if stat.S_ISDIR(info.st_mode):
-            raise IsADirectoryError
-        if not stat.S_ISREG(info.st_mode):
-            raise RtgError(f"cannot read {name}: it is not a regular file", hint="name a .rtg file")
-        if info.st_size > MAX_SOURCE_BYTES:
-            raise RtgError(
-                f"cannot read {name}: it is {info.st_size:,} bytes, more than a program may "
-                f"have ({MAX_SOURCE_BYTES:,})",
-                hint=_SPLIT_HINT,
-            )
-        with Path(path).open("rb") as f:
-            data = f.read(MAX_SOURCE_BYTES + 1)
+        fd, info = open_for_reading(path)
+        try:
+            if stat.S_ISDIR(info.st_mode):
+                raise IsADirectoryError
+            if not stat.S_ISREG(info.st_mode):
+                raise RtgError(
+                    f"cannot read {name}: it is not a regular file", hint="name a .rtg file"
+                )
+            if info.st_size > MAX_SOURCE_BYTES:
+                raise RtgError(
+                    f"cannot read {name}: it is {info.st_size:,} bytes, more than a program may "
+                    f"have ({MAX_SOURCE_BYTES:,})",
+                    hint=_SPLIT_HINT,
+                )
+            data = read_at_most(fd, MAX_SOURCE_BYTES + 1)
+        finally:
+            os.close(fd)
     except FileNotFoundError:
         raise RtgError(f"cannot read {name}: no such file", hint="check the path") from None
     except IsADirectoryError:

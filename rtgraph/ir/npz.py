@@ -31,6 +31,7 @@ import numpy as np
 from numpy.lib import format as npy
 
 from rtgraph.errors import InputError, did_you_mean
+from rtgraph.files import open_for_reading
 
 #: The most bytes the arrays of one ``.npz`` file may declare, summed over its members — checked
 #: from the NPY headers before anything is decompressed.
@@ -94,12 +95,12 @@ def _open_regular(path: str | os.PathLike) -> int:
     """A read-only descriptor of ``path``, refused unless it is a regular file (opened without
     blocking, so a FIFO cannot hang the read)."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        fd, info = open_for_reading(path)
     except FileNotFoundError:
         raise InputError(f"cannot read {path}: no such file") from None
     except OSError as e:
         raise InputError(f"cannot read {path}: {e.strerror}") from None
-    mode = os.fstat(fd).st_mode
+    mode = info.st_mode
     if not stat.S_ISREG(mode):
         os.close(fd)
         what = "a directory" if stat.S_ISDIR(mode) else "not a regular file"

@@ -14,6 +14,7 @@ import stat
 from pathlib import Path
 
 from rtgraph.errors import RtgError, StreamProgramError
+from rtgraph.files import open_for_reading, read_at_most
 from rtgraph.stream_program.program import StreamProgram
 from rtgraph.stream_program.schema import MAX_PROGRAM_JSON_BYTES
 
@@ -29,16 +30,15 @@ def read_stream_program(path: str | os.PathLike[str]) -> StreamProgram:
     file is unreadable, too large, not JSON or not a valid stream program."""
     shown = os.fspath(path)
     try:
-        fd = os.open(shown, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        fd, info = open_for_reading(shown)
     except OSError as e:
         raise StreamProgramError(f"cannot read {shown}: {e.strerror}") from None
     try:
-        info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise StreamProgramError(f"{shown}: not a regular file")
         if info.st_size > MAX_PROGRAM_JSON_BYTES:
             raise _too_large(shown, info.st_size)
-        data = _read_at_most(fd, MAX_PROGRAM_JSON_BYTES + 1)
+        data = read_at_most(fd, MAX_PROGRAM_JSON_BYTES + 1)
     except OSError as e:
         raise StreamProgramError(f"cannot read {shown}: {e.strerror}") from None
     finally:
@@ -61,15 +61,3 @@ def _too_large(shown: str, size: int) -> StreamProgramError:
         "stream program's JSON",
         hint="a compiled program is far smaller; this is not one rtgraph wrote",
     )
-
-
-def _read_at_most(fd: int, limit: int) -> bytes:
-    chunks: list[bytes] = []
-    size = 0
-    while size < limit:
-        chunk = os.read(fd, min(1 << 20, limit - size))
-        if not chunk:
-            break
-        chunks.append(chunk)
-        size += len(chunk)
-    return b"".join(chunks)

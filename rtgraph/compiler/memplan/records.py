@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
 from rtgraph.errors import InputError, Source, Span
-from rtgraph.files import write_atomic
+from rtgraph.files import open_for_reading, write_atomic
 
 #: The columns every record file has, in the order this module writes them.
 COLUMNS = ("id", "lower", "upper", "size")
@@ -134,14 +134,13 @@ def _open_record_file(path: Path) -> BinaryIO:
     """``path`` opened for reading once it is known to be a regular file within the size limit
     (opened without blocking, so a FIFO cannot hang the check)."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+        fd, info = open_for_reading(path)
     except OSError as exc:
         raise InputError(
             f"cannot read record file '{path}': {exc.strerror or exc}",
             hint="pass the path of a CSV file with the header id,lower,upper,size",
         ) from None
     try:
-        info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
             raise InputError(
                 f"record file '{path}' is not a regular file",
