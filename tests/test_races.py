@@ -118,3 +118,75 @@ def test_check_races_reads_stream_program_json(tmp_path, capsys):
     assert "race on bytes" in capsys.readouterr().err
     (tmp_path / "junk.json").write_text("{not json")
     assert main(["check", str(tmp_path / "junk.json")]) == 1
+
+
+DOUBLE_BUFFER = """\
+device "ascend-910b"
+program db() {
+    buffer B : bytes[4096]
+    stream s_load, s_comp
+    event loaded%(events)s
+%(before)s    for i in 0..3 {
+        on s_load {
+%(wait)s            x = kernel(unit = dma, us = 5, writes = [B])
+            record loaded
+        }
+        on s_comp {
+            wait loaded
+            y = kernel(unit = vector, us = 8, reads = [B])
+%(record)s        }
+    }
+}
+"""
+
+
+def test_a_read_the_program_puts_first_is_a_war_even_when_the_write_was_submitted_first(
+    tmp_path, capsys
+):
+    # One buffer reused by every iteration, the load of batch i + 1 not waiting for the
+    # compute of batch i. The compiler submits iteration 1's load before iteration 0's compute
+    # (stream order allows it), so in submission order the write comes first — but the program
+    # reads batch 0 first: the race is a WAR, and the fix makes the load wait for the compute.
+    path = tmp_path / "db.rtg"
+    path.write_text(DOUBLE_BUFFER % {"events": "", "before": "", "wait": "", "record": ""})
+    program = rtgraph.load(str(path))
+    compiled = compile_program(program, load_device("ascend-910b"), CompileOptions(memory="none"))
+    launches = [c.task for c in compiled.commands if hasattr(c, "task")]
+    assert launches.index(2) < launches.index(1)  # iteration 1's load submitted first
+
+    assert main(["check", "--races", str(path)]) == 1
+    err = capsys.readouterr().err
+    assert "RAW" not in err
+    assert err.count("error: WAR race on bytes [0x0, 0x1000)") == 3
+    assert (
+        f"{path}:8:17: error: WAR race on bytes [0x0, 0x1000): task 2 'x' (kernel, stream "
+        "s_load, line 8) overwrites what task 1 'y' (kernel, stream s_comp, line 13) reads, "
+        "with nothing ordering them"
+    ) in err
+    assert (
+        "hint: `record` an event on stream s_comp after 'y' (line 13) and `wait` for it on "
+        "stream s_load before 'x' (line 8); 'x' comes after 'y' only in a later iteration, so "
+        "also record the event once on stream s_comp before the loop, for the first "
+        "iteration's wait"
+    ) in err
+
+
+def test_following_the_hint_where_it_stands_is_race_free(tmp_path, capsys):
+    path = tmp_path / "db_fixed.rtg"
+    path.write_text(
+        DOUBLE_BUFFER
+        % {
+            "events": ", consumed",
+            "before": "    on s_comp {\n        record consumed\n    }\n",
+            "wait": "            wait consumed\n",
+            "record": "            record consumed\n",
+        }
+    )
+    assert main(["check", "--races", str(path)]) == 0
+    assert "ok (6 tasks, no races)" in capsys.readouterr().out
+    result = rtgraph.run(rtgraph.compile(rtgraph.load(str(path))))
+    # Each load starts only after the previous batch's compute has ended.
+    loads = sorted((t for t in result.tasks if t.name == "x"), key=lambda t: t.start)
+    computes = sorted((t for t in result.tasks if t.name == "y"), key=lambda t: t.start)
+    assert all(load.start >= c.end for load, c in zip(loads[1:], computes, strict=False))
+    assert not result.races

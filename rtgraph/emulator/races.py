@@ -2,8 +2,9 @@
 
 Two tasks race in a run when their execution intervals ``[start, end)`` overlap and their byte
 ranges conflict — one writes bytes the other reads or writes (the tasks' ``reads``/``writes``).
-The kind is named by issue order: the earlier-issued task writes and the later reads → RAW;
-reads then writes → WAR; both write → WAW. Unlike the static checker
+The kind is named in program order (task ids, the order the reference interpreter computes in),
+whatever order the two were issued or started in: the task the program puts first writes and
+the later one reads → RAW; reads then writes → WAR; both write → WAW. Unlike the static checker
 (:mod:`rtgraph.stream_program.races`, happens-before over the program), this reports what *did*
 collide in
 one timeline, so a missing barrier that the schedule happened to hide is not reported here.
@@ -27,7 +28,7 @@ KINDS = ("RAW", "WAR", "WAW")
 
 @dataclass(frozen=True)
 class ObservedRace:
-    """Tasks ``first`` (issued earlier) and ``second`` touched ``[lo, hi)`` while both ran."""
+    """Tasks ``first`` (earlier in program order) and ``second`` touched ``[lo, hi)`` while both ran."""
 
     first: int
     second: int
@@ -84,14 +85,15 @@ def _expand(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 def detect_races(
     start: Sequence[float | None],
     end: Sequence[float | None],
-    issue_rank: Sequence[int],
+    program_rank: Sequence[int],
     stream: Sequence[int],
     reads: Sequence[Sequence[tuple[int, int]]],
     writes: Sequence[Sequence[tuple[int, int]]],
 ) -> list[ObservedRace]:
     """Races among tasks that ran (``start``/``end`` not None), one per task pair and kind.
 
-    ``issue_rank[t]`` orders tasks by when they were issued (ties in time keep issue order).
+    ``program_rank[t]`` is task ``t``'s place in program order: it orients each pair and so
+    names its kind.
     Byte ranges of one pair and kind are merged into their hull ``[min lo, max hi)``.
     """
     ran = np.array([s is not None and e is not None for s, e in zip(start, end, strict=True)], bool)
@@ -100,8 +102,8 @@ def detect_races(
         return []
     s = np.array([start[i] for i in ids], np.float64)
     e = np.array([end[i] for i in ids], np.float64)
-    rank = np.asarray(issue_rank, np.int64)[ids]
-    order = np.lexsort((rank, s))  # by start, then issue order
+    rank = np.asarray(program_rank, np.int64)[ids]
+    order = np.lexsort((rank, s))  # by start, then program order
     ids, s, e, rank = ids[order], s[order], e[order], rank[order]
     # Time-overlapping pairs (i, j), i before j in start order: j in (i, upto[i]).
     upto = np.searchsorted(s, e, side="left")
@@ -123,7 +125,9 @@ def detect_races(
     p, a, b = p[hit], a[hit], b[hit]
     if p.size == 0:
         return []
-    # pi comes first in start order and, at equal starts, in issue order: it is "first".
+    # Orient every pair in program order: the task the program puts first is "first".
+    swap = rank[pi[p]] > rank[pj[p]]
+    a, b = np.where(swap, b, a), np.where(swap, a, b)
     wa, wb = w[a], w[b]
     kind = np.where(wa & wb, 2, np.where(wa, 0, 1))  # RAW / WAR / WAW
     olo = np.maximum(lo[a], lo[b])
@@ -139,6 +143,8 @@ def detect_races(
     for gk, glo, ghi in zip(group_key.tolist(), group_lo.tolist(), group_hi.tolist(), strict=True):
         pair, kd = divmod(gk, 3)
         i, j = int(pi[pair]), int(pj[pair])
+        if rank[i] > rank[j]:
+            i, j = j, i
         first, second = int(ids[i]), int(ids[j])
         races.append(
             ObservedRace(

@@ -345,14 +345,11 @@ def _events_used(program: StreamProgram) -> int:
 
 
 def _races(program: StreamProgram, hw: Hardware) -> list[ObservedRace]:
-    """The conflicting accesses the run left unordered (tasks never issued rank last)."""
-    rank = [len(program.tasks)] * len(program.tasks)
-    for i, task in enumerate(hw.issue_order):
-        rank[task] = i
+    """The conflicting accesses the run left unordered, named in program order (task ids)."""
     return detect_races(
         hw.start,
         hw.end,
-        rank,
+        range(len(program.tasks)),
         hw.task_stream,
         [t.reads for t in program.tasks],
         [t.writes for t in program.tasks],

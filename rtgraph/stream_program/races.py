@@ -9,6 +9,13 @@ come from an :class:`~rtgraph.stream_program.hazards.AccessTracker` over the tas
 submission
 order — each new access is checked against the last writer and the readers since, the scheme
 of PyTorch's stream sanitizer.
+
+A race is then *named* in program order — the order of task ids, which is the order of the
+source (loops unrolled) and the order the reference interpreter computes in — not in the order the
+compiler happened to submit the two launches: a read that the program places before a write is a
+WAR even when the write's launch was submitted first. The fix :func:`fix_hint` gives orders the
+two tasks the way the program means them, and says how to place it when the later task stands
+above the earlier one in the source (a later iteration of a loop).
 """
 
 from __future__ import annotations
@@ -29,9 +36,18 @@ from rtgraph.stream_program.program import (
 )
 
 
+#: A conflict's kind seen from the other end: the earlier access becomes the later one.
+_FLIPPED = {"RAW": "WAR", "WAR": "RAW", "WAW": "WAW"}
+
+
 @dataclass(frozen=True)
 class Race:
-    """Two tasks that touch ``[lo, hi)`` — at least one writing — with nothing ordering them."""
+    """Two tasks that touch ``[lo, hi)`` — at least one writing — with nothing ordering them.
+
+    ``first`` comes before ``second`` in program order (task ids), and ``kind`` names the two
+    accesses in that order: RAW — ``first`` writes, ``second`` reads; WAR — ``first`` reads,
+    ``second`` writes; WAW — both write.
+    """
 
     first: int
     second: int
@@ -96,7 +112,7 @@ def check_races(
             for c in tracker.access(t, task.reads, task.writes):
                 p = stream_of[c.src]
                 if clock[q][p] < seq[c.src]:
-                    races.append(Race(c.src, t, c.kind, c.lo, c.hi, p, q))
+                    races.append(_in_program_order(Race(c.src, t, c.kind, c.lo, c.hi, p, q)))
             count[q] += 1
             if not reorder:
                 clock[q][q] = count[q]
@@ -125,6 +141,21 @@ def check_races(
     return RaceReport(tuple(races), tuple(bad))
 
 
+def _in_program_order(race: Race) -> Race:
+    """``race`` with its tasks in program order (the tracker sees them in submission order)."""
+    if race.first < race.second:
+        return race
+    return Race(
+        race.second,
+        race.first,
+        _FLIPPED[race.kind],
+        race.lo,
+        race.hi,
+        race.second_stream,
+        race.first_stream,
+    )
+
+
 def _where(task: Task) -> str:
     return f"line {task.span.line}" if task.span is not None else "no source line"
 
@@ -142,12 +173,32 @@ def describe_race(program: StreamProgram, race: Race) -> str:
     )
 
 
+def _above(later: Task, earlier: Task) -> bool:
+    """Whether ``later`` (second in program order) stands above ``earlier`` in the source."""
+    if later.span is None or earlier.span is None:
+        return False
+    return (later.span.line, later.span.col) <= (earlier.span.line, earlier.span.col)
+
+
 def fix_hint(program: StreamProgram, race: Race) -> str:
+    """A fix that orders the two tasks the way the program means them, valid where they stand.
+
+    The event is recorded after the first task and waited on before the second. When the
+    second task stands above the first in the source — it comes later only by going round a
+    loop — the wait would run before any record in the first iteration, so the hint adds the
+    record that must precede the loop (the double-buffering pattern).
+    """
     a, b = program.tasks[race.first], program.tasks[race.second]
     sa, sb = program.streams[race.first_stream], program.streams[race.second_stream]
     if race.first_stream == race.second_stream:
-        return f"put a `barrier` on stream {sa.name} between task {a.id} and task {b.id}"
-    return (
+        return f"put a `barrier` on stream {sa.name} after '{a.name}' ({_where(a)})"
+    hint = (
         f"`record` an event on stream {sa.name} after '{a.name}' ({_where(a)}) and `wait` "
         f"for it on stream {sb.name} before '{b.name}' ({_where(b)})"
     )
+    if _above(b, a):
+        hint += (
+            f"; '{b.name}' comes after '{a.name}' only in a later iteration, so also record "
+            f"the event once on stream {sa.name} before the loop, for the first iteration's wait"
+        )
+    return hint
