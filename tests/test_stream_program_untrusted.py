@@ -141,6 +141,11 @@ TAMPERED = {
         "run",
         "tasks[1].inputs[1]: its bytes [64, 1,048,640) lie outside region 'w_in' [0, 1,048,576)",
     ),
+    "task-naming-an-unknown-region": (
+        _set("tasks", 1, "regions", 0, value="w_inn"),
+        "check",
+        "tasks[1].regions[0]: names region 'w_inn', which memory.regions lacks",
+    ),
     "region-outside-memory": (
         _set("memory", "regions", 0, "offset", value=5_000_000),
         "check",

@@ -5,9 +5,10 @@ label)`` — so the static plan and a run-time allocator can be shown alike: the
 come from :func:`blocks_from_plan`; an allocator mode passes its own list to
 :func:`plot_blocks` / :func:`plot_usage`.
 
-A planned region is live from the start of its first task to the end of its last task (its
-lifetime in program order, placed on the run's clock). Resident regions (params, consts,
-buffers) are live for the whole run.
+A planned region is live from the start of the first task that really touched it to the end of
+the last, on the run's clock — not its planned lifetime, which under reuse by the run's order
+can claim bytes another region holds. Resident regions (params, consts, buffers) are live for
+the whole run.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, MultipleLocator
 from rtgraph.emulator.results import RunResult
 from rtgraph.errors import UsageError
 from rtgraph.reports.style import MEMORY_COLOR, RESIDENT_COLOR, bytes_label, new_figure, rectangles
-from rtgraph.stream_program.program import StreamProgram
+from rtgraph.stream_program.program import Operand, StreamProgram, Task
 
 #: Region kinds that stay allocated for the whole program.
 RESIDENT_KINDS = frozenset({"param", "const", "buffer"})
@@ -53,38 +54,51 @@ class Block(NamedTuple):
 
 
 def blocks_from_plan(program: StreamProgram, result: RunResult) -> list[Block]:
-    """The static plan's regions as blocks on the run's clock.
+    """The static plan's regions as blocks on the run's clock, each drawn where it is true.
 
-    A region whose first task never ran is left out (it was never needed); one whose last task
-    never ran stays live to the end of the run.
+    A region is live from the start of the first task that really touched it to the end of the
+    last (``Task.regions`` names them; a program without that record falls back to the
+    operands' tensors). A region no task that ran touched is left out; one touched by a task
+    that never finished stays live to the end of the run; resident regions (params, consts,
+    buffers) are live for the whole run. Drawn so, a valid plan's blocks never overlap in
+    address × time, and the peak never exceeds the bytes the plan reserved.
     """
-    n = len(program.tasks)
-    start = np.full(n + 1, np.nan)  # index n: "no task", always NaN
-    end = np.full(n + 1, np.nan)
-    mine = [t for t in result.tasks if 0 <= t.id < n]
-    ids = np.array([t.id for t in mine], dtype=np.int64)
-    start[ids] = np.array([np.nan if t.start is None else t.start for t in mine], np.float64)
-    end[ids] = np.array([np.nan if t.end is None else t.end for t in mine], np.float64)
     regions = list(program.memory.regions.values())
     if not regions:
         return []
-    resident = np.array([r.kind in RESIDENT_KINDS for r in regions])
-    first = np.array([r.first for r in regions], dtype=np.int64)
-    last = np.array([r.last for r in regions], dtype=np.int64)
-    first = np.where(n > 0, np.clip(first, 0, max(n - 1, 0)), n)
-    last = np.where(n > 0, np.clip(np.maximum(last, first), 0, max(n - 1, 0)), n)
+    index = {r.tensor: i for i, r in enumerate(regions)}
     makespan = float(result.makespan_us)
-    t0 = np.where(resident, 0.0, start[first])
-    # Live until its last task ends (never before its first task ends); to the end of the run
-    # if the last task never ran.
-    t1 = np.fmax(end[last], end[first])
-    t1 = np.where(resident | np.isnan(end[last]), makespan, np.fmax(t1, t0))
-    keep = ~np.isnan(t0)
+    starts = {t.id: t.start for t in result.tasks if t.start is not None}
+    ends = {t.id: (makespan if t.end is None else t.end) for t in result.tasks}
+    touch_region, touch_task = [], []
+    for task in program.tasks:
+        if task.id not in starts:
+            continue
+        names = task.regions or (o.tensor for o in (*task.inputs, *_output(task)))
+        for name in dict.fromkeys(names):
+            k = index.get(name)
+            if k is not None:
+                touch_region.append(k)
+                touch_task.append(task.id)
+    region = np.array(touch_region, dtype=np.int64)
+    t_start = np.array([starts[t] for t in touch_task], dtype=np.float64)
+    t_end = np.array([ends[t] for t in touch_task], dtype=np.float64)
+    t0 = np.full(len(regions), np.inf)
+    t1 = np.full(len(regions), -np.inf)
+    np.minimum.at(t0, region, t_start)
+    np.maximum.at(t1, region, t_end)
+    resident = np.array([r.kind in RESIDENT_KINDS for r in regions])
+    t0 = np.where(resident, 0.0, t0)
+    t1 = np.where(resident, makespan, np.maximum(t1, t0))
     return [
         Block(r.offset, r.size, float(a), float(b), r.tensor, r.kind)
-        for r, a, b, k in zip(regions, t0, t1, keep, strict=True)
-        if k
+        for r, a, b in zip(regions, t0, t1, strict=True)
+        if np.isfinite(a)
     ]
+
+
+def _output(task: Task) -> tuple[Operand, ...]:
+    return () if task.output is None else (task.output,)
 
 
 def _block_arrays(blocks: Iterable[Sequence]) -> tuple[np.ndarray, ...]:

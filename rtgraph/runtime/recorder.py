@@ -106,10 +106,12 @@ class Recorder:
         tid = len(self.tasks)
         reads = tuple(dict.fromkeys(o.extent for o in inputs))
         writes = (output.extent,) if output is not None else ()
+        touched = []
         for operand in (*inputs, *((output,) if output is not None else ())):
             use = self._regions.get(operand.tensor)
             if use is not None:
                 use.last = tid
+                touched.append(operand.tensor)
         self.tasks.append(
             Task(
                 id=tid,
@@ -127,6 +129,7 @@ class Recorder:
                 attrs=dict(attrs or {}),
                 host=host,
                 deps=tuple(sorted(set(deps))),
+                regions=tuple(dict.fromkeys(touched)),
             )
         )
         self.task_stream.append(stream)

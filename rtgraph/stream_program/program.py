@@ -76,7 +76,9 @@ class Task:
     outputs (``host`` names the host tensor), or ``kernel`` for a synthetic task whose
     ``duration_us`` is given. ``deps`` are the task's predecessors in the task DAG (data and
     ``after=`` edges), kept for pictures and schedulers; the emulator ignores them and obeys
-    only stream order, events and barriers.
+    only stream order, events and barriers. ``regions`` names the memory-plan regions behind
+    ``reads``/``writes`` (bytes alone cannot say which tensor they hold once the plan reuses
+    them), so pictures can draw each region from its first real access to its last.
     """
 
     id: int
@@ -96,6 +98,7 @@ class Task:
     host: str | None = None
     deps: tuple[int, ...] = ()
     span: Span | None = None
+    regions: tuple[str, ...] = ()
 
 
 # --- commands, in host submission order -----------------------------------------------------
@@ -381,6 +384,7 @@ def to_dict(p: StreamProgram) -> dict[str, Any]:
                 "host": t.host,
                 "deps": list(t.deps),
                 "span": _span_to(t.span),
+                "regions": list(t.regions),
             }
         )
     commands = []
@@ -513,6 +517,7 @@ def _task_from(t: dict[str, Any], source: Source | None) -> Task:
         host=t["host"],
         deps=tuple(int(d) for d in t["deps"]),
         span=_span_from(t["span"], source),
+        regions=tuple(t.get("regions", ())),
     )
 
 

@@ -143,6 +143,11 @@ def _task(
                 raise refuse(
                     f"{path}.{name}[{k}]", f"[{a:,}, {b:,}) is no byte range of {_memory(total)}"
                 )
+    for k, name in enumerate(t.get("regions", ())):
+        if name not in regions:
+            raise refuse(
+                f"{path}.regions[{k}]", f"names region '{name}', which memory.regions lacks"
+            )
     for k, d in enumerate(t["deps"]):
         if d >= count:
             raise refuse(f"{path}.deps[{k}]", f"names task {d}; the program has {count}")

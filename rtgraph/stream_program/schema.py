@@ -231,6 +231,7 @@ SCHEMA_DOC: dict[str, Any] = {
                 "host": {"type": ["string", "null"], "maxLength": MAX_NAME_CHARS},
                 "deps": _list(_ID),
                 "span": _OPTIONAL_SPAN,
+                "regions": _list(_NAME),
             },
         ),
         "command": {

@@ -410,6 +410,7 @@ def _tasks(graph: TaskGraph) -> list[Task]:
                 host=t.host,
                 deps=tuple(deps),
                 span=t.span,
+                regions=tuple(dict.fromkeys((*t.reads, *t.writes))),
             )
         )
     return out
