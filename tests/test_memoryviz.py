@@ -34,9 +34,8 @@ def chain(touches=(("w", "a"), ("a", "b"), ("b", "c"))):
     for i in range(3):
         b.kernel(0, 4, name=f"k{i}")
     program = b.build()
-    tasks = tuple(
-        dataclasses.replace(t, regions=names) for t, names in zip(program.tasks, touches, strict=True)
-    )
+    pairs = zip(program.tasks, touches, strict=True)
+    tasks = tuple(dataclasses.replace(t, regions=names) for t, names in pairs)
     program = dataclasses.replace(program, tasks=tasks)
     regions = {
         "w": Region("w", 0, 1024, "param", 0, 3),

@@ -28,7 +28,7 @@ KINDS = ("RAW", "WAR", "WAW")
 
 @dataclass(frozen=True)
 class ObservedRace:
-    """Tasks ``first`` (earlier in program order) and ``second`` touched ``[lo, hi)`` while both ran."""
+    """Tasks ``first`` and ``second`` (in program order) touched ``[lo, hi)`` while both ran."""
 
     first: int
     second: int

@@ -35,7 +35,6 @@ from rtgraph.stream_program.program import (
     Wait,
 )
 
-
 #: A conflict's kind seen from the other end: the earlier access becomes the later one.
 _FLIPPED = {"RAW": "WAR", "WAR": "RAW", "WAW": "WAW"}
 
