@@ -1,10 +1,11 @@
 """What a valid device spec is, and the check that turns merged TOML data into a DeviceSpec.
 
 :data:`SCHEMA` lists every table of a spec and the keys each may hold; a :class:`Rule` says
-what one key must hold (for the message) and converts its value. :func:`build_spec` checks a
-merged document strictly — unknown keys, missing keys, wrong types and impossible values raise
-:class:`~rtgraph.errors.DeviceSpecError` — blaming each key on the file it came from (through
-``extends``). Every key is documented in ``docs/devices.md``.
+what one key must hold (for the message and as a JSON Schema fragment, from which
+:mod:`.schema_json` builds ``docs/device-spec.schema.json``) and converts its value.
+:func:`build_spec` checks a merged document strictly — unknown keys, missing keys, wrong
+types and impossible values raise :class:`~rtgraph.errors.DeviceSpecError` — blaming each key
+on the file it came from (through ``extends``). Every key is documented in ``docs/devices.md``.
 """
 
 from __future__ import annotations
@@ -36,17 +37,25 @@ class _Bad(Exception):
 
 @dataclass(frozen=True)
 class Rule:
-    """What one key must hold: a description for messages and a check that converts."""
+    """What one key must hold: a description for messages, a check that converts, and the
+    same as a JSON Schema fragment (the tests hold the check and the fragment to agree)."""
 
     expected: str
     convert: Callable[[Any], Any]
+    schema: Mapping[str, Any]
     required: bool = True
 
 
 def _number(value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise _Bad
-    return float(value)
+    try:  # TOML integers have no bound; one past float range is not a number a spec can use
+        number = float(value)
+    except OverflowError:
+        raise _Bad from None
+    if not math.isfinite(number):
+        raise _Bad
+    return number
 
 
 def _integer(value: Any) -> int:
@@ -107,20 +116,49 @@ def _power_of_two(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-POSITIVE_INT = Rule("a positive integer", _where(_integer, lambda n: n > 0))
-NONNEG_INT = Rule("a non-negative integer", _where(_integer, lambda n: n >= 0))
-POWER_OF_TWO = Rule("a power of two (bytes)", _where(_integer, _power_of_two))
-POSITIVE = Rule("a positive number", _where(_number, lambda x: x > 0))
-NONNEG = Rule("a non-negative number", _where(_number, lambda x: x >= 0))
-FRACTION = Rule("a fraction between 0 and 1", _where(_number, lambda x: 0 <= x <= 1))
-TEXT = Rule("a string", _text)
-NAME = Rule("a non-empty string", _where(_text, bool))
-VERSION = Rule("a version like '8.0.0' or '7.5.0.1.129'", _version)
+def choice(*choices: Any) -> Rule:
+    """The rule for a key that holds one of ``choices`` (strings, or true and false)."""
+    shown = [f"'{c}'" if isinstance(c, str) else str(c).lower() for c in choices]
+    return Rule(" or ".join(shown), _choice(*choices), {"enum": list(choices)})
+
+
+#: What :func:`~rtgraph.device.versions.parse_version` accepts, with ASCII digits.
+_VERSION_PATTERN = r"^(?:[0-9]+|[Rr][Cc][0-9]+)(?:\.(?:[0-9]+|[Rr][Cc][0-9]+))*$"
+
+POSITIVE_INT = Rule(
+    "a positive integer", _where(_integer, lambda n: n > 0), {"type": "integer", "minimum": 1}
+)
+NONNEG_INT = Rule(
+    "a non-negative integer", _where(_integer, lambda n: n >= 0), {"type": "integer", "minimum": 0}
+)
+POWER_OF_TWO = Rule(
+    "a power of two (bytes)",
+    _where(_integer, _power_of_two),
+    {"type": "integer", "enum": [2**n for n in range(63)]},  # every one a TOML integer holds
+)
+POSITIVE = Rule(
+    "a positive number", _where(_number, lambda x: x > 0), {"type": "number", "exclusiveMinimum": 0}
+)
+NONNEG = Rule(
+    "a non-negative number", _where(_number, lambda x: x >= 0), {"type": "number", "minimum": 0}
+)
+FRACTION = Rule(
+    "a fraction between 0 and 1",
+    _where(_number, lambda x: 0 <= x <= 1),
+    {"type": "number", "minimum": 0, "maximum": 1},
+)
+TEXT = Rule("a string", _text, {"type": "string"})
+NAME = Rule("a non-empty string", _where(_text, bool), {"type": "string", "minLength": 1})
+VERSION = Rule(
+    "a version like '8.0.0' or '7.5.0.1.129'",
+    _version,
+    {"type": "string", "pattern": _VERSION_PATTERN},
+)
 
 
 def optional(rule: Rule) -> Rule:
     """``rule`` for a key that may be left out (the dataclass default applies)."""
-    return Rule(rule.expected, rule.convert, required=False)
+    return Rule(rule.expected, rule.convert, rule.schema, required=False)
 
 
 # --- the keys of each table ----------------------------------------------------------------
@@ -131,14 +169,21 @@ DEVICE_KEYS: dict[str, Rule] = {
     "description": TEXT,
     "firmware": VERSION,
     "compatible_runtimes": Rule(
-        "a non-empty list of runtime versions like '8.0'", _list_of(_version, nonempty=True)
+        "a non-empty list of runtime versions like '8.0'",
+        _list_of(_version, nonempty=True),
+        {"type": "array", "items": VERSION.schema, "minItems": 1},
     ),
-    "sources": Rule("a list of strings", _list_of(_text), required=False),
+    "sources": optional(
+        Rule("a list of strings", _list_of(_text), {"type": "array", "items": TEXT.schema})
+    ),
 }
 COMPUTE_UNIT_KEYS: dict[str, Rule] = {
     "cores": POSITIVE_INT,
     "launch_us": NONNEG,
-    "peak_flops": Rule("a table of flop/s per core by dtype", _table),
+    # its keys are PEAK_KEYS (checked by _build_unit), at least one
+    "peak_flops": Rule(
+        "a table of flop/s per core by dtype", _table, {"type": "object", "minProperties": 1}
+    ),
     "default_block_dim": optional(NONNEG_INT),
 }
 DMA_UNIT_KEYS: dict[str, Rule] = {
@@ -175,16 +220,16 @@ HOST_KEYS: dict[str, Rule] = {
     "batch_size": POSITIVE_INT,
     "callback_us": optional(NONNEG),
     "sync_us": optional(NONNEG),
-    "batch_flush": optional(Rule("'switch' or 'full'", _choice("switch", "full"))),
+    "batch_flush": optional(choice("switch", "full")),
 }
 SCHEDULER_KEYS: dict[str, Rule] = {
     "queue_depth": POSITIVE_INT,
     "reorder_window": NONNEG_INT,
-    "event_mode": Rule("'cann' or 'cuda'", _choice("cann", "cuda")),
+    "event_mode": choice("cann", "cuda"),
     "max_events": POSITIVE_INT,
     "priorities": optional(POSITIVE_INT),
-    "failure_mode": optional(Rule("'continue' or 'stop'", _choice("continue", "stop"))),
-    "blocking_callbacks": optional(Rule("true or false", _choice(True, False))),
+    "failure_mode": optional(choice("continue", "stop")),
+    "blocking_callbacks": optional(choice(True, False)),
 }
 PROFILING_KEYS: dict[str, Rule] = {
     "task_trace_overhead": FRACTION,
@@ -276,7 +321,8 @@ def show_value(value: Any) -> str:
     if isinstance(value, list):
         return f"a list of {len(value)}"
     if isinstance(value, (int, float)):
-        return repr(value)
+        text = repr(value)
+        return text if len(text) <= 40 else f"{text[:20]}… ({len(text)} digits)"
     return f"{value!r} (a {type(value).__name__})"
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -355,7 +356,8 @@ SCHEMA_DOC: dict[str, Any] = {
     },
 }
 
-#: The JSON Schema keywords :func:`check_document` interprets (the schema uses no others).
+#: The JSON Schema keywords :func:`check_document` interprets (this schema and the device spec's
+#: use no others).
 KEYWORDS = frozenset(
     {
         "$schema",
@@ -374,8 +376,12 @@ KEYWORDS = frozenset(
         "minItems",
         "maxItems",
         "minimum",
+        "exclusiveMinimum",
         "maximum",
+        "minLength",
         "maxLength",
+        "pattern",
+        "minProperties",
         "anyOf",
         "oneOf",
     }
@@ -489,9 +495,11 @@ def _check(value: Any, schema: Mapping[str, Any], path: str, root: Mapping[str, 
         return
     if "const" in schema and not _same(value, schema["const"]):
         raise refuse(path, f"must be {shown(schema['const'])}, got {shown(value)}")
-    if "enum" in schema and not (isinstance(value, str) and value in schema["enum"]):
-        choices = ", ".join(f"'{c}'" for c in schema["enum"])
-        hint = did_you_mean(value, schema["enum"]) if isinstance(value, str) else None
+    if "enum" in schema and not any(_same(value, c) for c in schema["enum"]):
+        named = [f"'{c}'" if isinstance(c, str) else shown(c) for c in schema["enum"]]
+        choices = ", ".join(named if len(named) <= 8 else [*named[:4], "…", named[-1]])
+        words = [c for c in schema["enum"] if isinstance(c, str)]
+        hint = did_you_mean(value, words) if isinstance(value, str) else None
         raise refuse(path, f"must be one of {choices}, got {shown(value)}", hint)
     kinds = schema.get("type")
     if kinds is not None:
@@ -506,6 +514,12 @@ def _check(value: Any, schema: Mapping[str, Any], path: str, root: Mapping[str, 
     elif isinstance(value, str):
         if len(value) > schema.get("maxLength", len(value)):
             raise refuse(path, f"is longer than {schema['maxLength']:,} characters")
+        if len(value) < schema.get("minLength", 0):
+            raise refuse(
+                path, f"must have at least {schema['minLength']} characters, got {len(value)}"
+            )
+        if "pattern" in schema and re.search(schema["pattern"], value) is None:
+            raise refuse(path, f"must match {schema['pattern']}, got {shown(value)}")
     elif isinstance(value, list):
         _check_list(value, schema, path, root)
     elif isinstance(value, dict):
@@ -514,9 +528,12 @@ def _check(value: Any, schema: Mapping[str, Any], path: str, root: Mapping[str, 
 
 def _check_number(value: float, schema: Mapping[str, Any], path: str) -> None:
     low, high = schema.get("minimum"), schema.get("maximum")
+    above = schema.get("exclusiveMinimum")
     finite = math.isfinite(value)
     if low is not None and (not finite or value < low):
         raise refuse(path, f"must be finite and ≥ {_bound(low)}, got {shown(value)}")
+    if above is not None and (not finite or value <= above):
+        raise refuse(path, f"must be finite and > {_bound(above)}, got {shown(value)}")
     if high is not None and (not finite or value > high):
         raise refuse(path, f"must be finite and ≤ {_bound(high)}, got {shown(value)}")
 
@@ -551,6 +568,8 @@ def _check_object(
     for key in schema.get("required", ()):
         if key not in value:
             raise refuse(path, f"missing key '{key}'")
+    if len(value) < schema.get("minProperties", 0):
+        raise refuse(path, f"must have at least {schema['minProperties']} keys, got {len(value)}")
     extra = schema.get("additionalProperties", True)
     for key, item in value.items():
         where = _join(path, key)
