@@ -14,6 +14,11 @@ from rtgraph.ir import OpNode, Program, Tensor, TensorType
 from rtgraph.ops import OpError, lookup
 
 DIMS = (2, 3, 4, 8)
+#: The kinds of op a random program draws from (repeats weight the draw).
+KINDS = ("unary", "binary", "binary", "matmul", "matmul", "reduce", "layout", "copy")
+#: More of what the optimizer works on: elementwise chains, repeated ops (CSE), scaling by one
+#: (folding), normalisations (fusion's row kernels) and double layouts (layout folding).
+OPTIMIZER_KINDS = (*KINDS, "unary", "binary", "dup", "scale", "norm", "layout")
 
 
 def _apply(draw, op: str, args: list[str], attrs: dict, tensors: dict) -> TensorType | None:
@@ -29,7 +34,9 @@ def _apply(draw, op: str, args: list[str], attrs: dict, tensors: dict) -> Tensor
 
 
 @st.composite
-def programs(draw, max_ops: int = 12, dtype: str = "f32") -> Program:
+def programs(
+    draw, max_ops: int = 12, dtype: str = "f32", kinds: tuple[str, ...] = KINDS
+) -> Program:
     """A random program: 1–3 inputs, 0–2 params, up to ``max_ops`` ops, 1–3 outputs."""
     tensors: dict[str, Tensor] = {}
     nodes: list[OpNode] = []
@@ -43,11 +50,7 @@ def programs(draw, max_ops: int = 12, dtype: str = "f32") -> Program:
     names = list(tensors)
     count = draw(st.integers(1, max_ops))
     for j in range(count):
-        kind = draw(
-            st.sampled_from(
-                ["unary", "binary", "binary", "matmul", "matmul", "reduce", "layout", "copy"]
-            )
-        )
+        kind = draw(st.sampled_from(kinds))
         a = draw(st.sampled_from(names))
         rank = tensors[a].type.rank
         if kind == "unary":
@@ -72,6 +75,13 @@ def programs(draw, max_ops: int = 12, dtype: str = "f32") -> Program:
             else:
                 size = tensors[a].type.size
                 attrs = {"shape": (size,) if rank > 1 else (1, size)}
+        elif kind == "dup" and nodes:
+            again = draw(st.sampled_from(nodes))
+            op, args, attrs = again.op, list(again.inputs), dict(again.attrs)
+        elif kind == "scale":
+            op, args, attrs = "scale", [a], {"s": draw(st.sampled_from([1.0, 0.5]))}
+        elif kind == "norm":
+            op, args, attrs = "layernorm", [a], {"axis": -1}
         else:
             op, args, attrs = "copy", [a], {}
         out = _apply(draw, op, args, attrs, tensors)

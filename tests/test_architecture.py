@@ -23,7 +23,7 @@ from conftest import ROOT
 PACKAGE = ROOT / "rtgraph"
 CLI = PACKAGE / "cli"
 CONFIG = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
-(CONTRACT,) = CONFIG["tool"]["importlinter"]["contracts"]
+(CONTRACT,) = [c for c in CONFIG["tool"]["importlinter"]["contracts"] if c["type"] == "layers"]
 MAX_MODULE_LINES = 600
 MAX_FUNCTION_LINES = 100
 SHORT_FUNCTIONS_IN = ("compiler", "emulator")
@@ -65,7 +65,7 @@ def test_the_layers_contract_holds() -> None:
         cwd=ROOT,
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-2000:]
-    assert "1 kept, 0 broken" in done.stdout
+    assert "2 kept, 0 broken" in done.stdout
 
 
 def test_every_module_is_in_a_layer() -> None:

@@ -14,7 +14,7 @@ import pytest
 from conftest import MODELS
 
 from rtgraph.cli import main
-from rtgraph.ops import all_ops, op_table
+from rtgraph.ops import language_ops, op_table
 from rtgraph.stream_program import StreamProgram
 
 ATTENTION = str(MODELS / "attention.rtg")
@@ -131,7 +131,7 @@ def test_ops_prints_the_registry_table(capsys):
     assert main(["ops"]) == 0
     out = capsys.readouterr().out
     assert out == op_table()
-    for name in all_ops():
+    for name in language_ops():
         assert f"`{name}`" in out
 
 

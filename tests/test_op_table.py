@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from rtgraph.ops import all_ops, op_table
+from rtgraph.ops import language_ops, op_table
 from rtgraph.ops.table import cost_summary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -45,25 +45,25 @@ def test_the_doc_table_lists_every_registered_op_once_in_registry_order():
     text = DOC.read_text(encoding="utf-8")
     block = text[text.index(tool.BEGIN) : text.index(tool.END)]
     names = [row[0] for row in table_rows(block) if row[1] != "attribute" and row[0] != "op"]
-    overview = names[: len(all_ops())]
-    assert overview == [f"`{name}`" for name in all_ops()]
+    overview = names[: len(language_ops())]
+    assert overview == [f"`{name}`" for name in language_ops()]
 
 
 def test_every_op_row_gives_unit_tensors_cost_and_doc():
     rows = {row[0]: row for row in table_rows(op_table()) if len(row) == 6 and row[0] != "op"}
-    for name, op in all_ops().items():
+    for name, op in language_ops().items():
         _, unit, tensors, _, cost, doc = rows[f"`{name}`"]
         assert unit and tensors and cost and doc == op.doc.replace("|", "\\|"), name
 
 
-@pytest.mark.parametrize("name", list(all_ops()))
+@pytest.mark.parametrize("name", list(language_ops()))
 def test_every_cost_rule_says_what_it_counts(name):
-    assert cost_summary(all_ops()[name])
+    assert cost_summary(language_ops()[name])
 
 
 def test_every_attribute_has_a_row_with_its_default():
     rows = {(row[0], row[1]): row for row in table_rows(op_table()) if len(row) == 5}
-    for name, op in all_ops().items():
+    for name, op in language_ops().items():
         for attr, spec in op.attrs.items():
             _, _, kind, default, _ = rows[(f"`{name}`", f"`{attr}`")]
             assert kind.startswith(spec.kind)

@@ -13,7 +13,7 @@ import pytest
 
 from rtgraph.dtypes import DTYPES, round_bf16
 from rtgraph.ir import TensorType
-from rtgraph.ops import FAMILIES, OpError, all_ops, lookup, run_kernel
+from rtgraph.ops import FAMILIES, OpError, all_ops, language_ops, lookup, run_kernel
 
 SPEC_OPS = {
     "cube": "matmul conv2d",
@@ -68,12 +68,18 @@ def arr(values, dtype: str) -> np.ndarray:
 
 
 def test_every_spec_op_is_registered_on_its_unit():
-    ops = all_ops()
+    ops = language_ops()
     for unit, names in SPEC_OPS.items():
         for name in names.split():
             assert name in ops, name
             assert ops[name].unit == unit, name
     assert set(ops) == {n for names in SPEC_OPS.values() for n in names.split()}
+
+
+def test_the_only_op_a_program_cannot_call_is_the_fused_kernel():
+    assert {n for n, op in all_ops().items() if op.internal} == {"fused"}
+    assert language_ops() == {n: op for n, op in all_ops().items() if n != "fused"}
+    assert lookup("fused") is not None
 
 
 def test_every_op_has_a_kernel_and_doc_except_the_synthetic_one():

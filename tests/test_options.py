@@ -13,6 +13,8 @@ import rtgraph
 from rtgraph.alloc import KINDS
 from rtgraph.cli import build_parser, main
 from rtgraph.compiler import pipeline
+from rtgraph.compiler.optimizer.levels import LEVELS
+from rtgraph.compiler.optimizer.levels import PASSES as OPT_PASSES
 from rtgraph.compiler.options import OPTIONS, CompileOptions, OptionError, options_markdown
 from rtgraph.compiler.passes.alloc_modes import ALLOC_MODES
 from rtgraph.compiler.passes.memory_plans import PLANS
@@ -20,7 +22,13 @@ from rtgraph.compiler.scheduling.policies import POLICIES, ListScheduler
 from rtgraph.errors import UsageError
 
 MLP = str(MODELS / "mlp.rtg")
-VOCABULARIES = {"--streams": tuple(POLICIES), "--memory": tuple(PLANS), "--alloc": ALLOC_MODES}
+VOCABULARIES = {
+    "--streams": tuple(POLICIES),
+    "--memory": tuple(PLANS),
+    "--alloc": ALLOC_MODES,
+    "-O": tuple(str(level) for level in LEVELS),
+    "--passes": tuple(OPT_PASSES),
+}
 
 
 def _make_options_doc():

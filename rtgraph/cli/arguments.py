@@ -54,7 +54,8 @@ def compile_options(args: argparse.Namespace, **overrides: object) -> CompileOpt
     try:
         return CompileOptions(**{**chosen, **overrides})  # type: ignore[arg-type]
     except OptionError as e:
-        raise UsageError(f"{FLAGS[e.option]} {shown(e.value)}: {e.problem}", hint=e.hint) from None
+        value = ",".join(map(str, e.value)) if isinstance(e.value, tuple) else e.value
+        raise UsageError(f"{FLAGS[e.option]} {shown(value)}: {e.problem}", hint=e.hint) from None
 
 
 def device_spec(args: argparse.Namespace, program, options: CompileOptions):

@@ -20,13 +20,16 @@ from rtgraph.cli.arguments import (
     read_compiled,
 )
 from rtgraph.compiler.memplan import greedy_by_size, plan, read_records_csv
+from rtgraph.compiler.optimizer.pipeline import optimized_ir
 from rtgraph.device import describe, list_devices
 from rtgraph.errors import RtgError, UsageError
 from rtgraph.files import write_atomic
 from rtgraph.ir.data import check_seed
 from rtgraph.ir.interpreter import check_supplied, evaluate
+from rtgraph.ir.printing import format_program
 from rtgraph.ops import op_table
 from rtgraph.reports.advisor import advise, format_advice
+from rtgraph.reports.explain import explain
 from rtgraph.reports.profiler import check_profile_options, profile, write_csvs
 from rtgraph.reports.trace import write_trace
 from rtgraph.stream_program.listing import compile_report, format_listing, to_dot
@@ -78,6 +81,15 @@ def _report_races(args: argparse.Namespace, compiled, spec) -> int:
 def cmd_compile(args: argparse.Namespace) -> int:
     options = compile_options(args)
     program = load_program(args)
+    if args.after is not None and args.emit != "ir":
+        raise UsageError(
+            "--after needs --emit ir", hint="rtgraph compile FILE --emit ir --after PASS"
+        )
+    if args.emit == "ir":
+        bound = options.for_device(device_spec(args, program, options))
+        text = format_program(optimized_ir(program, bound, args.after)) + "\n"
+        _write(args, text)
+        return 0
     compiled = api.compile(program, device=device_spec(args, program, options), options=options)
     if args.emit == "listing":
         text = format_listing(compiled)
@@ -85,10 +97,21 @@ def cmd_compile(args: argparse.Namespace) -> int:
         text = to_dot(compiled)
     else:
         text = compiled.to_json(indent=1)
+    _write(args, text)
+    return 0
+
+
+def _write(args: argparse.Namespace, text: str) -> None:
     if args.output:
         write_atomic(args.output, text)
     else:
         sys.stdout.write(text)
+
+
+def cmd_explain(args: argparse.Namespace) -> int:
+    options = compile_options(args)
+    program = load_program(args)
+    print(explain(program, options.for_device(device_spec(args, program, options))))
     return 0
 
 
@@ -312,6 +335,7 @@ def cmd_ops(args: argparse.Namespace) -> int:
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "check": cmd_check,
     "compile": cmd_compile,
+    "explain": cmd_explain,
     "eval": cmd_eval,
     "run": cmd_run,
     "plan-memory": cmd_plan_memory,

@@ -42,14 +42,27 @@ def add_compile_args(p: argparse.ArgumentParser) -> None:
             continue
         values = "; ".join(f"{value} = {what}" for value, what in option.values.items())
         default = option.default_means or option.default
+        help_text = f"{option.summary} (default: {default})" + (f" — {values}" if values else "")
+        if option.kind == "switch":
+            p.add_argument(option.flag, dest=option.name, action="store_true", help=help_text)
+            continue
         p.add_argument(
             option.flag,
             dest=option.name,
             default=option.default,
-            type=str if option.values else int,
+            type=_READERS[option.kind],
             metavar="{" + ",".join(option.values) + "}" if option.values else "N",
-            help=f"{option.summary} (default: {default})" + (f" — {values}" if values else ""),
+            help=help_text,
         )
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in text.split(",") if n.strip())
+
+
+#: How a flag's text becomes the option's value, by :attr:`Option.kind` (argparse refuses
+#: an integer flag's non-integer text, exit status 2).
+_READERS = {"name": str, "int": int, "names": _names}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -69,7 +82,18 @@ def build_parser() -> argparse.ArgumentParser:
     add_program_args(p)
     add_compile_args(p)
     p.add_argument("-o", "--output", help="write here instead of standard output")
-    p.add_argument("--emit", default="json", choices=("json", "listing", "dot"))
+    p.add_argument(
+        "--emit",
+        default="json",
+        choices=("json", "listing", "dot", "ir"),
+        help="json: the stream program; listing: it, readable; dot: its DAG; ir: the program "
+        "after the optimizer (or after --after PASS)",
+    )
+    p.add_argument("--after", metavar="PASS", help="with --emit ir: the IR after this pass")
+
+    p = sub.add_parser("explain", help="what each optimizer pass does to a program")
+    add_program_args(p)
+    add_compile_args(p)
 
     p = sub.add_parser("eval", help="evaluate with the reference interpreter")
     add_program_args(p)

@@ -17,7 +17,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
+from rtgraph.compiler.optimizer.levels import (
+    DEFAULT_LEVEL,
+    LEVELS,
+    PASSES,
+    level_problem,
+    passes_problem,
+)
 from rtgraph.compiler.passes.alloc_modes import ALLOC_HELP, alloc_problem
 from rtgraph.compiler.passes.memory_plans import PLANS, plan_problem
 from rtgraph.compiler.scheduling.policies import (
@@ -67,6 +75,9 @@ class CompileOptions:
     batch_size: int | None = None
     order_seed: int = REFINE_SEED
     order_budget: int = REFINE_REPLAYS
+    opt_level: int = DEFAULT_LEVEL
+    passes: tuple[str, ...] | None = None
+    fast_math: bool = False
     check: bool = False
     device: DeviceSpec | None = field(default=None, repr=False)
 
@@ -81,6 +92,9 @@ class CompileOptions:
             _check("batch_size", self.batch_size, ("must be at least 1", None))
         if self.order_budget < 0:
             _check("order_budget", self.order_budget, ("must be at least 0", None))
+        _check("opt_level", self.opt_level, level_problem(self.opt_level))
+        if self.passes is not None:
+            _check("passes", self.passes, passes_problem(self.passes))
 
     def for_device(self, device: DeviceSpec) -> CompileOptions:
         """These options bound to ``device``, whose host takes ``batch_size`` when it is set."""
@@ -121,6 +135,9 @@ class Option:
     summary: str
     values: Mapping[str, str] = field(default_factory=dict)  # vocabulary: value → what it does
     default_means: str = ""  # what the default stands for, where it is not one of the values
+    #: How the CLI reads the flag: one ``name`` of the values, an ``int``, a comma-separated
+    #: list of ``names``, or a ``switch`` that takes no value.
+    kind: Literal["name", "int", "names", "switch"] = "name"
 
     @property
     def default(self) -> object:
@@ -152,6 +169,32 @@ OPTIONS: tuple[Option, ...] = (
         "--batch-size",
         "the host's submission batch (commands per ioctl)",
         default_means="the device spec's host.batch_size",
+        kind="int",
+    ),
+    Option(
+        "opt_level",
+        "-O",
+        "how much the graph optimizer does before lowering",
+        {
+            str(level): ", ".join(names) or "nothing: the graph as written"
+            for level, names in LEVELS.items()
+        },
+        kind="int",
+    ),
+    Option(
+        "passes",
+        "--passes",
+        "exactly these optimizer passes, in this order, instead of a level's",
+        PASSES,
+        default_means="the level's passes",
+        kind="names",
+    ),
+    Option(
+        "fast_math",
+        "--fast-math",
+        "fused kernels keep floating intermediates in f32 instead of rounding each step as the "
+        "unfused ops would; the run reports the error against the reference",
+        kind="switch",
     ),
     Option("order_seed", None, "the seed of the list scheduler's order search"),
     Option(

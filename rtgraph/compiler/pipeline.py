@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any
 
 from rtgraph.compiler.memplan import Placement, Record, check_placement
+from rtgraph.compiler.optimizer.pipeline import optimize
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.compiler.passes.allocate_at_runtime import allocate_at_runtime
 from rtgraph.compiler.passes.assign_streams import assign_streams
@@ -88,7 +89,7 @@ def compile_program(
     enabled = gc.isenabled()
     gc.disable()  # the passes build many small acyclic objects; collections only cost time
     try:
-        graph: Any = program
+        graph: Any = optimize(program, bound)
         for pass_ in pipeline(bound):
             graph = pass_(graph, bound)
             if bound.check and isinstance(graph, TaskGraph):

@@ -29,7 +29,7 @@ from rtgraph.frontend.parser import INT_LIMIT
 from rtgraph.frontend.streams import StreamChecker
 from rtgraph.frontend.values import POISON, Bound, FnRef, Scope, Value, describe
 from rtgraph.ir.graph import Program, Tensor
-from rtgraph.ops import lookup
+from rtgraph.ops import language_op
 
 #: Steps run before checking gives up on a program: statements, loop iterations and function
 #: calls inlined. A loop or a call whose fewest steps would pass it is refused before it runs;
@@ -147,7 +147,7 @@ class Checker(StreamChecker):
                     )
                 else:
                     program = item
-            elif lookup(ident.name) is not None or ident.name in consteval.SCALAR_FUNCTIONS:
+            elif language_op(ident.name) is not None or ident.name in consteval.SCALAR_FUNCTIONS:
                 self.error(
                     f"function '{ident.name}' has the name of a built-in op",
                     ident.span,

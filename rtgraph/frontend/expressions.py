@@ -19,7 +19,7 @@ from rtgraph.frontend import ast, consteval
 from rtgraph.frontend.calls import Bind, CallChecker
 from rtgraph.frontend.values import POISON, FnRef, ParamArray, Value, describe, is_number
 from rtgraph.ir.graph import Tensor
-from rtgraph.ops import all_ops, lookup
+from rtgraph.ops import language_op, language_ops
 
 #: Deepest expression nesting checked (deeper input is refused, never a RecursionError).
 MAX_DEPTH = 200
@@ -66,7 +66,7 @@ class ExpressionChecker(CallChecker):
 
     def undefined(self, name: str, span: Span) -> Any:
         hint = did_you_mean(name, islice(self.scope.visible(), MAX_SUGGESTION_CANDIDATES))
-        if hint is None and lookup(name) is not None:
+        if hint is None and language_op(name) is not None:
             hint = f"'{name}' is an op: call it, e.g. {name}(x)"
         elif hint is None and name in DTYPES:
             hint = (
@@ -126,7 +126,7 @@ class ExpressionChecker(CallChecker):
         if is_number(value):
             return self._fold(lambda: consteval.negate(value), expr.span)
         if isinstance(value, Tensor):
-            op = lookup("neg")
+            op = language_op("neg")
             if op is not None:
                 return self.apply(
                     op, [value], [expr.operand.span], {}, {}, (), expr.span, expr.span, bind
@@ -145,7 +145,7 @@ class ExpressionChecker(CallChecker):
                 return self.error(
                     f"'{expr.op}' does not apply to {describe(value)}", side.span, cls=CheckError
                 )
-        op = lookup(INFIX_OPS[expr.op])
+        op = language_op(INFIX_OPS[expr.op])
         if op is None:
             return self.error(
                 f"'{expr.op}' applies to compile-time numbers only, not to tensors", expr.op_span
@@ -172,7 +172,7 @@ class ExpressionChecker(CallChecker):
                     call.func.span,
                 )
             return POISON
-        op = lookup(name)
+        op = language_op(name)
         if name in consteval.SCALAR_FUNCTIONS:
             values = [self.eval(a) for a in call.args]
             if any(v is POISON for v in values):
@@ -180,14 +180,14 @@ class ExpressionChecker(CallChecker):
             if values and all(is_number(v) for v in values) and not call.kwargs:
                 return self._fold(lambda: consteval.call(name, values), call.span)
             if name in ("min", "max"):
-                op = lookup("minimum" if name == "min" else "maximum")
+                op = language_op("minimum" if name == "min" else "maximum")
             if op is not None:
                 return self.call_op(op, call, bind, values)
         if op is None:
             for arg in call.args:
                 self.eval(arg)
             visible = islice(self.scope.visible(), MAX_SUGGESTION_CANDIDATES)
-            candidates = [*all_ops(), *visible, "min", "max"]
+            candidates = [*language_ops(), *visible, "min", "max"]
             return self.error(
                 f"unknown op '{name}'", call.func.span, did_you_mean(name, candidates)
             )

@@ -17,7 +17,7 @@ from rtgraph.errors import CheckError
 from rtgraph.frontend import ast
 from rtgraph.frontend.consteval import SCALAR_FUNCTIONS
 from rtgraph.frontend.emit import Diagnostics
-from rtgraph.ops import lookup
+from rtgraph.ops import language_op
 
 #: Statements that declare program-level things and so may not appear inside a function.
 _PROGRAM_ONLY = {
@@ -158,7 +158,7 @@ def _calls_cost(exprs: Iterable, callee: Callable[[str], Cost | None]) -> Cost:
         cost = callee(name)
         if cost is not None:
             total += cost
-        elif lookup(name) is not None and name not in SCALAR_FUNCTIONS:
+        elif language_op(name) is not None and name not in SCALAR_FUNCTIONS:
             total += Cost(0, 1)
     return total
 

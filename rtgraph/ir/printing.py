@@ -26,6 +26,7 @@ from rtgraph.ir.graph import (
     Tensor,
     WaitNode,
 )
+from rtgraph.ops.fused import describe_body
 
 _DECLARED = ("input", "param", "const", "buffer")
 
@@ -58,6 +59,10 @@ def _op_line(node: OpNode, program: Program) -> str:
     args = [*node.inputs, *(f"{k}={format_value(v)}" for k, v in node.attrs.items())]
     out = program.tensors.get(node.output)
     line = f"  {node.output} = {node.op}({', '.join(args)})"
+    if node.op == "fused":  # the optimizer's kernel: its steps, not its raw body attribute
+        fast = ", fast_math" if node.attrs.get("fast_math") else ""
+        body = describe_body(node.attrs["body"], node.inputs)
+        line = f"  {node.output} = fused[{body}]({', '.join(node.inputs)}{fast})"
     if out is not None and out.kind != "token":
         line += f" : {out.type}"
     if node.stream is not None:

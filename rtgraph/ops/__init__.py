@@ -30,7 +30,7 @@ agree bit for bit and both behave like a device):
   common NPU libraries offer it too).
 """
 
-from rtgraph.ops import copies, cube, elementwise, layout, movement, reductions, synthetic
+from rtgraph.ops import copies, cube, elementwise, fused, layout, movement, reductions, synthetic
 from rtgraph.ops.registry import (
     REQUIRED,
     AttrSpec,
@@ -38,6 +38,8 @@ from rtgraph.ops.registry import (
     OpDef,
     OpError,
     all_ops,
+    language_op,
+    language_ops,
     lookup,
     register,
     run_kernel,
@@ -45,8 +47,9 @@ from rtgraph.ops.registry import (
 from rtgraph.ops.table import op_table
 
 #: The op families, in the order the language spec lists them: Cube, Vector elementwise,
-#: reductions and normalisations, data movement and windows, layout, DMA, the synthetic kernel.
-FAMILIES = (cube, elementwise, reductions, movement, layout, copies, synthetic)
+#: reductions and normalisations, data movement and windows, layout, DMA, the synthetic kernel;
+#: then the ops only the compiler makes (the fused Vector kernel).
+FAMILIES = (cube, elementwise, reductions, movement, layout, copies, synthetic, fused)
 
 
 def _register_families() -> None:
@@ -65,6 +68,8 @@ __all__ = [
     "OpDef",
     "OpError",
     "all_ops",
+    "language_op",
+    "language_ops",
     "lookup",
     "op_table",
     "run_kernel",

@@ -87,6 +87,7 @@ UNARY_OPS = tuple(
         cost=per_output(flops),
         kernel=_unary_kernel(fn),
         doc=doc,
+        fusion="elementwise",
     )
     for name, (fn, floating, flops, doc) in _UNARY.items()
 )
@@ -101,6 +102,7 @@ BINARY_OPS = tuple(
         cost=per_output(1),
         kernel=_binary_kernel(fn),
         doc=f"{doc}, NumPy broadcasting, operands of one dtype",
+        fusion="elementwise",
     )
     for name, (fn, doc) in _BINARY.items()
 )
@@ -127,6 +129,7 @@ SCALE = OpDef(
     attrs={"s": AttrSpec("float", REQUIRED, doc="the factor")},
     positional_attrs=("s",),
     doc="x * s for a float constant s; integers truncate toward zero and saturate",
+    fusion="elementwise",
 )
 
 
@@ -143,6 +146,7 @@ WHERE = OpDef(
     cost=per_output(1),
     kernel=lambda a, attrs: np.where(a[0] != 0, a[1], a[2]),
     doc="a where cond is nonzero, else b (cond of any dtype); broadcasting",
+    fusion="elementwise",
 )
 
 
@@ -168,6 +172,7 @@ CAST = OpDef(
     attrs={"dtype": AttrSpec("dtype", REQUIRED, doc="the element type to convert to")},
     doc="convert element type: float to int truncates and saturates (NaN is 0), "
     "int to int wraps, to float rounds to nearest even",
+    fusion="elementwise",
 )
 
 

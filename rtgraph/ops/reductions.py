@@ -54,6 +54,7 @@ SOFTMAX = OpDef(
     kernel=ieee(_softmax_kernel),
     attrs={"axis": AttrSpec("int", -1, doc="the normalised axis")},
     doc="exp(x - max) / sum(exp(x - max)) along one axis",
+    fusion="row",
 )
 
 
@@ -143,6 +144,7 @@ NORM_OPS = tuple(
             "eps": AttrSpec("float", eps, doc="added to the variance, at least 0"),
         },
         doc=f"{doc} along one axis; gamma and beta optional, of that axis' size",
+        fusion="row",
     )
     for name, (max_args, kernel, eps, doc) in _NORMS.items()
 )

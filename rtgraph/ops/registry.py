@@ -31,6 +31,12 @@ import numpy as np
 
 from rtgraph.dtypes import TensorType, to_value
 
+#: How an op may join a fused Vector kernel (:mod:`rtgraph.ops.fused`): ``elementwise`` — each
+#: output element needs only the same-index elements of its (broadcast) operands; ``row`` — a
+#: normalisation along its ``axis`` attribute, fusible when that is the last axis (a fused kernel
+#: holds whole rows on chip); None — never fused.
+Fusion = Literal["elementwise", "row"]
+
 AttrKind = Literal["int", "float", "bool", "ints", "dtype", "enum", "axes", "names", "unit"]
 REQUIRED: Any = object()
 
@@ -100,6 +106,9 @@ class OpDef:
     ``min_args``/``max_args`` bound the tensor arguments (``max_args`` None: variadic).
     ``positional_attrs`` name attributes that may also be given positionally after the
     tensor arguments (``reshape(x, [S, D])``, ``transpose(x, [1, 0])``, ``scale(x, 0.5)``).
+    ``fusion`` says whether and how the optimizer may fuse it with its neighbours (see
+    :data:`Fusion`). An ``internal`` op is made by the compiler, never written in a program:
+    the checker does not know it and the op table leaves it out.
     """
 
     name: str
@@ -112,6 +121,8 @@ class OpDef:
     attrs: Mapping[str, AttrSpec] = field(default_factory=dict)
     positional_attrs: tuple[str, ...] = ()
     doc: str = ""
+    fusion: Fusion | None = None
+    internal: bool = False
 
     def unit_for(self, attrs: Mapping[str, Any]) -> str:
         """The unit a task of this op runs on (``layout`` copies run on the Vector unit)."""
@@ -139,6 +150,17 @@ def lookup(name: str) -> OpDef | None:
 def all_ops() -> dict[str, OpDef]:
     """Every registered op by name, in registration order."""
     return OPS
+
+
+def language_op(name: str) -> OpDef | None:
+    """The op a program may call ``name`` — None for unknown and compiler-internal ops."""
+    op = OPS.get(name)
+    return None if op is None or op.internal else op
+
+
+def language_ops() -> dict[str, OpDef]:
+    """The ops a program may call, in registration order (internal ops left out)."""
+    return {name: op for name, op in OPS.items() if not op.internal}
 
 
 def run_kernel(

@@ -12,7 +12,7 @@ import inspect
 from collections.abc import Iterable
 from typing import Any
 
-from rtgraph.ops.registry import AttrSpec, OpDef, all_ops
+from rtgraph.ops.registry import AttrSpec, OpDef, language_ops
 
 _UNITS = {
     "cube": "Cube",
@@ -25,7 +25,7 @@ _UNITS = {
 
 def op_table() -> str:
     """Every registered op as Markdown: one table of the ops, one of their attributes."""
-    ops = list(all_ops().values())
+    ops = list(language_ops().values())
     overview = _markdown(
         ("op", "unit", "tensors", "attributes", "cost", "what it computes"),
         (

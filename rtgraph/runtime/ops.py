@@ -25,7 +25,7 @@ from rtgraph.compiler.taskgraph import View
 from rtgraph.dtypes import DTYPES
 from rtgraph.errors import CheckError, DTypeError, InputError, ShapeError, UsageError, did_you_mean
 from rtgraph.ir.graph import UNITS, TensorType
-from rtgraph.ops.registry import OpDef, OpError, all_ops
+from rtgraph.ops.registry import OpDef, OpError, language_ops
 from rtgraph.runtime.context import Context
 from rtgraph.runtime.state import locked
 from rtgraph.runtime.tensor_data import TensorData, dtype_name
@@ -226,7 +226,7 @@ def _make(op: OpDef) -> Callable[..., TensorData]:
 
 
 _FUNCTIONS: dict[str, Callable[..., TensorData]] = {
-    name: _make(op) for name, op in sorted(all_ops().items()) if op.kernel is not None
+    name: _make(op) for name, op in sorted(language_ops().items()) if op.kernel is not None
 }
 
 

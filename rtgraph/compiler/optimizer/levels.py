@@ -1,0 +1,43 @@
+"""The optimizer's vocabulary: its passes by name, in pipeline order, and what each level runs.
+
+Declared here, apart from the passes, so that :mod:`rtgraph.compiler.options` can check an
+``--passes`` list or an ``-O`` level without importing the passes (which take the options).
+"""
+
+from __future__ import annotations
+
+#: Every optimizer pass, in the order a pipeline runs them, with what it does.
+PASSES: dict[str, str] = {
+    "fold_constants": "ops on compile-time scalars become constants; x·1 is x",
+    "fold_layout": "transpose of a transpose, reshape of a reshape, identity layouts: one or none",
+    "eliminate_common_subexpressions": "one op applied twice to the same operands is computed once",
+    "eliminate_dead_code": "ops whose results nothing uses are dropped",
+    "fuse_elementwise": "chains and trees of Vector ops become one task (inputs read once)",
+}
+
+#: What each ``-O`` level runs (``-O2`` will add tiling and auto-pipelining).
+LEVELS: dict[int, tuple[str, ...]] = {
+    0: (),
+    1: tuple(PASSES),
+    2: tuple(PASSES),
+}
+
+#: The level a compile runs when none is asked for.
+DEFAULT_LEVEL = 0
+
+
+def level_problem(level: object) -> tuple[str, str] | None:
+    """Why ``level`` is not an optimization level, or None."""
+    if isinstance(level, bool) or level not in LEVELS:
+        return f"not an optimization level ({', '.join(map(str, LEVELS))})", "use -O0, -O1 or -O2"
+    return None
+
+
+def passes_problem(names: object) -> tuple[str, str] | None:
+    """Why ``names`` is not a list of optimizer passes, or None."""
+    if not isinstance(names, tuple) or not all(isinstance(n, str) for n in names):
+        return "must be a tuple of pass names", f"passes: {', '.join(PASSES)}"
+    for name in names:
+        if name not in PASSES:
+            return f"unknown pass {name!r}", f"passes: {', '.join(PASSES)}"
+    return None

@@ -1,0 +1,73 @@
+"""The optimizer's pipeline: the passes the options choose, run in order.
+
+Lives apart from the package's ``__init__`` so that :mod:`rtgraph.compiler.options` can read
+the vocabulary in :mod:`.levels` without importing the passes (which take the options).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+from rtgraph.compiler.optimizer.eliminate_common_subexpressions import (
+    eliminate_common_subexpressions,
+)
+from rtgraph.compiler.optimizer.eliminate_dead_code import eliminate_dead_code
+from rtgraph.compiler.optimizer.fold_constants import fold_constants
+from rtgraph.compiler.optimizer.fold_layout import fold_layout
+from rtgraph.compiler.optimizer.fuse_elementwise import fuse_elementwise
+from rtgraph.compiler.optimizer.levels import LEVELS, PASSES
+from rtgraph.compiler.options import CompileOptions
+from rtgraph.errors import UsageError
+from rtgraph.ir.graph import Program
+
+#: An optimizer pass: ``(program, options) -> program``.
+OptPass = Callable[[Program, CompileOptions], Program]
+
+#: Every pass by name (the order of :data:`~rtgraph.compiler.optimizer.levels.PASSES`).
+PASS_FUNCTIONS: dict[str, OptPass] = {
+    "fold_constants": fold_constants,
+    "fold_layout": fold_layout,
+    "eliminate_common_subexpressions": eliminate_common_subexpressions,
+    "eliminate_dead_code": eliminate_dead_code,
+    "fuse_elementwise": fuse_elementwise,
+}
+assert tuple(PASS_FUNCTIONS) == tuple(PASSES)
+
+
+def chosen_passes(options: CompileOptions) -> tuple[str, ...]:
+    """The passes ``options`` ask for, in the order given (``passes``) or the level's."""
+    if options.passes is not None:
+        return options.passes
+    return LEVELS[options.opt_level]
+
+
+def optimize_steps(program: Program, options: CompileOptions) -> Iterator[tuple[str, Program]]:
+    """Each chosen pass's name and the program after it, in order."""
+    if program.has_explicit_streams:
+        return
+    for name in chosen_passes(options):
+        program = PASS_FUNCTIONS[name](program, options)
+        yield name, program
+
+
+def optimize(program: Program, options: CompileOptions) -> Program:
+    """``program`` after every pass ``options`` choose."""
+    result = program
+    for _, after in optimize_steps(program, options):
+        result = after
+    return result
+
+
+def optimized_ir(program: Program, options: CompileOptions, after: str | None = None) -> Program:
+    """``program`` after the pass ``after`` (None: after every chosen pass); a
+    :class:`UsageError` when ``after`` is not among the passes ``options`` choose."""
+    names = chosen_passes(options)
+    if after is not None and after not in names:
+        hint = f"the passes that run: {', '.join(names)}" if names else "add -O1 or --passes"
+        raise UsageError(f"--after {after}: no such pass runs here", hint=hint)
+    result = program
+    for name, step in optimize_steps(program, options):
+        result = step
+        if name == after:
+            break
+    return result

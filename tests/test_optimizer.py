@@ -1,0 +1,215 @@
+"""The graph optimizer: each pass's fixtures (IR in → IR out), the optimized program against the
+reference interpreter on the unoptimized one over random programs at every level and stream
+policy, and what `explain`, `--emit ir --after` and the options say."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import MODELS
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from strategies import OPTIMIZER_KINDS, programs
+
+import rtgraph
+from rtgraph.cli import main
+from rtgraph.compiler import CompileOptions, compile_program
+from rtgraph.compiler.optimizer.levels import LEVELS, PASSES
+from rtgraph.compiler.optimizer.pipeline import optimized_ir
+from rtgraph.device import load_device
+from rtgraph.emulator import run
+from rtgraph.errors import StreamProgramError
+from rtgraph.ir.printing import format_program
+from rtgraph.reports.explain import traffic
+from rtgraph.stream_program import StreamProgram
+from rtgraph.stream_program.races import check_races
+
+FIXTURES = Path(__file__).parent / "optimizer"
+TOY = load_device("toy")
+POLICIES = ["single", "by-unit", "list"]
+
+
+def _cases():
+    for path in sorted(FIXTURES.glob("*.txt")):
+        for k, case in enumerate(path.read_text().split("\n===\n")):
+            lines = case.strip("\n").split("\n")
+            cut = lines.index("---")
+            title, source = lines[0], "\n".join(lines[1:cut]) + "\n"
+            expected = "\n".join(lines[cut + 1 :])
+            yield pytest.param(path, k, title, source, expected, id=f"{path.stem}-{k}")
+
+
+def _after(source: str, name: str) -> str:
+    program = rtgraph.parse(source, "fixture.rtg")
+    options = CompileOptions(passes=(name,)).for_device(TOY)
+    return format_program(optimized_ir(program, options)) + "\n"
+
+
+@pytest.mark.parametrize("path, index, title, source, expected", list(_cases()))
+def test_fixture(path, index, title, source, expected):
+    got = _after(source, path.stem)
+    if os.environ.get("RTGRAPH_UPDATE_FIXTURES"):
+        cases = path.read_text().split("\n===\n")
+        cases[index] = f"{title}\n{source}---\n{got}".rstrip("\n")
+        path.write_text("\n===\n".join(cases) + "\n")
+        return
+    assert got.strip() == expected.strip(), f"{title}\n{got}"
+
+
+def test_every_pass_has_fixtures_and_changes_something_in_them():
+    assert {p.stem for p in FIXTURES.glob("*.txt")} == set(PASSES)
+    changed = set()
+    for param in _cases():
+        path, _, _, source, _ = param.values
+        before = format_program(rtgraph.parse(source, "fixture.rtg")) + "\n"
+        if _after(source, path.stem) != before:
+            changed.add(path.stem)
+    assert changed == set(PASSES)
+
+
+# --- numerics: the optimized program against the reference on the unoptimized one ----------
+
+
+def _equal(result, reference):
+    for name, want in reference.items():
+        got = result.outputs[name]
+        assert got.dtype == want.dtype and got.shape == want.shape, name
+        assert np.array_equal(got, want, equal_nan=True), name
+
+
+@pytest.mark.slow
+@given(
+    programs(max_ops=16, kinds=OPTIMIZER_KINDS),
+    st.sampled_from(POLICIES),
+    st.sampled_from(sorted(LEVELS)),
+)
+@settings(max_examples=80, deadline=None)
+def test_optimized_programs_equal_the_reference_bit_for_bit(program, policy, level):
+    reference = rtgraph.evaluate(program, seed=5)
+    options = CompileOptions(streams=policy, opt_level=level, check=True)
+    compiled = compile_program(program, TOY, options)
+    assert check_races(compiled).ok
+    result = run(compiled, TOY, seed=5)
+    assert not result.races
+    _equal(result, reference)
+
+
+@pytest.mark.parametrize(
+    "model, params",
+    [("transformer_block", {"S": 128}), ("attention", {"S": 128}), ("mlp", {}), ("llm_decode", {})],
+)
+def test_models_optimized_equal_the_reference_bit_for_bit(model, params):
+    program = rtgraph.load(MODELS / f"{model}.rtg", params=params)
+    compiled = rtgraph.compile(program, options=CompileOptions(opt_level=1, streams="by-unit"))
+    assert any(t.op == "fused" for t in compiled.tasks)
+    _equal(rtgraph.run(compiled), rtgraph.evaluate(program))
+
+
+def test_fast_math_keeps_f32_intermediates_and_stays_within_the_derived_bound():
+    source = """program p(N = 64) {
+        input x : f16[N, N]
+        output y = softmax(exp(x * 0.3) * 0.7 + x, axis = -1)
+    }"""
+    program = rtgraph.parse(source)
+    xs = np.random.default_rng(1).normal(0, 2, (64, 64)).astype(np.float16)
+    reference = rtgraph.evaluate(program, inputs={"x": xs})["y"]
+    exact = rtgraph.compile(program, options=CompileOptions(opt_level=1))
+    fast = rtgraph.compile(program, options=CompileOptions(opt_level=1, fast_math=True))
+    (fused,) = [t for t in fast.tasks if t.op == "fused"]
+    assert fused.attrs["fast_math"] is True
+    assert np.array_equal(rtgraph.run(exact, inputs={"x": xs}).outputs["y"], reference)
+    got = rtgraph.run(fast, inputs={"x": xs}).outputs["y"].astype(np.float64)
+    error = np.abs(got - reference.astype(np.float64))
+    assert error.max() > 0  # fewer roundings: a different answer …
+    # … within the rounding the unfused chain adds. With u = 2**-11 (f16), each rounded
+    # intermediate v carries |v|·u, propagated through the chain a = 0.3x, e = exp(a),
+    # m = 0.7e, z = m + x: δ ≤ u(|z| + |m| + 0.7e(1 + |a|)). Softmax turns input errors δ
+    # into a relative output error of at most 2·max δ over the row; both outputs are rounded.
+    u = 2.0**-11
+    a = 0.3 * xs.astype(np.float64)
+    e = np.exp(a)
+    m = 0.7 * e
+    z = m + xs
+    delta = u * (np.abs(z) + np.abs(m) + 0.7 * e * (1 + np.abs(a)))
+    bound = np.abs(reference) * (2 * delta.max(axis=-1, keepdims=True) * 1.01 + 2 * u)
+    bound += 2.0**-24  # below 2**-14 f16 is subnormal: each rounding is absolute, 2**-25
+    worst = np.unravel_index(np.argmax(error - bound), error.shape)
+    assert np.all(error <= bound), (worst, error[worst], bound[worst], reference[worst])
+
+
+def test_fusion_cuts_transformer_block_hbm_traffic_by_a_quarter():
+    program = rtgraph.load(MODELS / "transformer_block.rtg")
+    before = traffic(program, CompileOptions().for_device(load_device("ascend-910b")))
+    options = CompileOptions(opt_level=1).for_device(load_device("ascend-910b"))
+    after = traffic(optimized_ir(program, options), options)
+    assert after.tasks < before.tasks
+    assert after.bytes_moved <= 0.75 * before.bytes_moved, (before, after)
+
+
+def test_explicit_stream_programs_are_left_as_written():
+    program = rtgraph.load(MODELS / "overlap.rtg")
+    options = CompileOptions(opt_level=2).for_device(load_device("ascend-910b"))
+    assert optimized_ir(program, options) is program
+
+
+# --- the fused op as untrusted input ------------------------------------------------------
+
+
+def test_a_tampered_fused_body_is_refused_with_its_json_path(tmp_path):
+    program = rtgraph.load(MODELS / "mlp.rtg")
+    data = json.loads(rtgraph.compile(program, options=CompileOptions(opt_level=1)).to_json())
+    k = next(i for i, t in enumerate(data["tasks"]) if t["op"] == "fused")
+    data["tasks"][k]["attrs"]["body"][0][0] = "matmul"
+    with pytest.raises(StreamProgramError) as e:
+        StreamProgram.from_json(json.dumps(data))
+    assert f"tasks[{k}]" in str(e.value)
+    assert "fused: body step 0: 'matmul' is not a fusible op" in str(e.value)
+
+
+def test_a_program_cannot_call_the_internal_fused_op():
+    with pytest.raises(rtgraph.errors.RtgError) as e:
+        rtgraph.parse("program p() {\n input x : f32[4]\n output y = fused(x)\n}")
+    assert "fused" in str(e.value)
+
+
+# --- the command line ------------------------------------------------------------------------
+
+
+def test_explain_names_each_pass_and_the_fused_kernels(capsys):
+    assert main(["explain", str(MODELS / "mlp.rtg"), "-O1", "-D", "B=64"]) == 0
+    out = capsys.readouterr().out
+    for name in PASSES:
+        assert f"\n{name}: tasks " in out
+    assert "fused 2 ops into 'h' (line" in out and "add(%0, b_in) → gelu(·)" in out
+    assert "in all: tasks 18 → 10, HBM bytes moved 8,908,802 → 7,327,746 (-17.7%)" in out
+
+
+def test_emit_ir_after_a_pass_and_its_errors(capsys):
+    model = str(MODELS / "mlp.rtg")
+    assert main(["compile", model, "-O1", "--emit", "ir", "--after", "fold_layout"]) == 0
+    assert "fused[" not in capsys.readouterr().out
+    assert main(["compile", model, "-O1", "--emit", "ir"]) == 0
+    assert "h = fused[add(%0, b_in) → gelu(·)](%0, b_in)" in capsys.readouterr().out
+    assert main(["compile", model, "--emit", "ir", "--after", "fuse_elementwise"]) == 2
+    assert "--after fuse_elementwise: no such pass runs here" in capsys.readouterr().err
+    assert main(["compile", model, "--after", "fuse_elementwise"]) == 2
+    assert "--after needs --emit ir" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["-O", "7"], "-O 7: not an optimization level (0, 1, 2)"),
+        (
+            ["--passes", "fuse,eliminate_dead_code"],
+            "--passes fuse,eliminate_dead_code: unknown pass 'fuse'",
+        ),
+    ],
+)
+def test_bad_optimizer_options_are_usage_errors(argv, message, capsys):
+    assert main(["compile", str(MODELS / "mlp.rtg"), *argv]) == 2
+    assert message in capsys.readouterr().err
