@@ -28,11 +28,16 @@ SMALL: dict[str, dict[str, int]] = {
     "resnet_bottleneck": {"N": 1, "C": 64, "M": 16, "HW": 8},
     "unet_block": {"N": 1, "C": 64, "HW": 4, "T": 32, "groups": 8, "heads": 4},
     "mlp": {"B": 32, "D": 64, "F": 128},
+    "attention_naive": {"S": 32, "D": 192, "H": 12},
+    "transformer_naive": {"S": 32, "D": 192, "H": 12, "F": 768},
+    "bert_encoder": {"S": 32, "D": 192, "H": 12, "F": 768},
 }
 ALL_MODELS = sorted(p.stem for p in MODELS.glob("*.rtg"))
 NEW_MODELS = ("attention", "transformer_block", "llm_decode", "resnet_bottleneck", "unet_block")
+#: The naive models (issue 16): layers as their papers write them, for the graph optimizer.
+NAIVE_MODELS = ("attention_naive", "transformer_naive", "bert_encoder")
 #: The models that take seconds a run under every policy; `pytest -m "not slow"` leaves them out.
-LARGE_MODELS = ("attention", "transformer_block")
+LARGE_MODELS = ("attention", "transformer_block", "attention_naive", "transformer_naive")
 
 
 def marked_by_size(names: tuple[str, ...] | list[str]) -> list:
@@ -45,7 +50,7 @@ def load(name: str, **params: int) -> rtgraph.ir.Program:
 
 
 def test_the_corpus_has_every_model_the_issue_names():
-    for name in (*NEW_MODELS, "mlp"):
+    for name in (*NEW_MODELS, *NAIVE_MODELS, "mlp"):
         assert name in ALL_MODELS
 
 
@@ -69,7 +74,7 @@ def test_model_compiles_under_every_policy_and_runs_bit_equal(name):
             assert report["equal"], (policy, out, report)
 
 
-@pytest.mark.parametrize("name", marked_by_size(NEW_MODELS))
+@pytest.mark.parametrize("name", marked_by_size(NEW_MODELS + NAIVE_MODELS))
 def test_default_shapes_compile_and_run_race_free_under_every_policy(name):
     program = load(name)
     for memory in ("greedy", "none"):
@@ -257,3 +262,132 @@ def test_by_unit_streams_overlap_cube_and_vector_on_the_pipelined_models(name):
     busy = {k: r.utilization["cube"] + r.utilization["vector"] for k, r in runs.items()}
     assert busy["by-unit"] > 1.5 * busy["single"]
     assert by_unit.makespan_us < 0.75 * single.makespan_us
+
+
+# --- the naive models (issue 16): the paper's layer, and the pipelined model's numbers ----------
+
+
+def f32(values: dict[str, np.ndarray], name: str) -> np.ndarray:
+    return np.asarray(values[name], dtype=np.float32)
+
+
+def paper_attention(x: np.ndarray, w: dict[str, np.ndarray], H: int) -> np.ndarray:
+    """Concat(head_1, …, head_H) Wo with head_i = softmax(Q_i K_iᵀ / √E) V_i, one head at a time
+    (columns iE … iE+E-1 of Q = x Wq, K, V); ``w`` holds wq, wk, wv, wo and any biases bq … bo."""
+    q, k, v = (x @ w[f"w{n}"] + w.get(f"b{n}", 0) for n in "qkv")
+    E = x.shape[1] // H
+    heads = []
+    for i in range(H):
+        cols = slice(i * E, (i + 1) * E)
+        heads.append(softmax(q[:, cols] @ k[:, cols].T / math.sqrt(E)) @ v[:, cols])
+    return np.concatenate(heads, axis=1) @ w["wo"] + w.get("bo", 0)
+
+
+def run_naive(name: str, seed: int):
+    """The model at its small parameters: the program, its input and param values, its outputs."""
+    program = load(name, **SMALL[name])
+    return program, host_values(program, None, None, seed), rtgraph.evaluate(program, seed=seed)
+
+
+def params_of(program: rtgraph.ir.Program) -> dict[str, tuple[int, ...]]:
+    return {n: t.type.shape for n, t in program.tensors.items() if t.kind == "param"}
+
+
+def assert_all_heads_at_once(program: rtgraph.ir.Program, sequences: int) -> None:
+    """One softmax per sequence, over every head's scores at once: [H, S, S]."""
+    p = SMALL[program.name]
+    softmaxes = [program.tensors[n.output] for n in program.op_nodes() if n.op == "softmax"]
+    assert [t.type.shape for t in softmaxes] == [(p["H"], p["S"], p["S"])] * sequences
+
+
+def per_head_group(values: dict[str, np.ndarray], H: int, groups: int) -> dict[str, np.ndarray]:
+    """attention.rtg's weights made from whole [D, D] ones: wq[g] is Wq's heads gG … gG+G-1 as
+    [G, D, E] (likewise wk, wv) and wo[g] the rows of Wo those heads' outputs meet."""
+    D = values["wq"].shape[0]
+    G, E = H // groups, D // H
+    params = {}
+    for g in range(groups):
+        block = slice(g * G * E, (g + 1) * G * E)
+        for n in ("wq", "wk", "wv"):
+            heads = values[n][:, block].reshape(D, G, E).transpose(1, 0, 2)
+            params[f"{n}[{g}]"] = np.ascontiguousarray(heads)
+        params[f"wo[{g}]"] = np.ascontiguousarray(values["wo"][block])
+    return params
+
+
+def test_attention_naive_is_the_papers_multi_head_attention_all_heads_at_once():
+    program, values, out = run_naive("attention_naive", 17)
+    D = SMALL["attention_naive"]["D"]
+    assert params_of(program) == {n: (D, D) for n in ("wq", "wk", "wv", "wo")}
+    assert_all_heads_at_once(program, sequences=4)
+    w = {n: f32(values, n) for n in params_of(program)}
+    for r in range(4):
+        want = paper_attention(f32(values, f"x{r}"), w, SMALL["attention_naive"]["H"])
+        assert close(out[f"y{r}"], want)
+
+
+def test_attention_naive_equals_the_pipelined_attention_on_the_same_weights():
+    _, values, naive = run_naive("attention_naive", 19)
+    pipelined = load("attention", **SMALL["attention"])
+    groups = sum(1 for t in pipelined.tensors if t.startswith("wq["))
+    assert groups == 3 and SMALL["attention"] == SMALL["attention_naive"]
+    inputs = {f"x{r}": values[f"x{r}"] for r in range(4)}
+    params = per_head_group(values, SMALL["attention"]["H"], groups)
+    out = rtgraph.evaluate(pipelined, inputs, params=params)
+    for r in range(4):
+        assert close(out[f"y{r}"], f64(naive, f"y{r}"))
+
+
+def test_transformer_naive_is_a_pre_norm_gpt2_block_with_the_feed_forward_whole():
+    program, values, out = run_naive("transformer_naive", 23)
+    p = SMALL["transformer_naive"]
+    D, F = p["D"], p["F"]
+    assert params_of(program)["w1"] == (D, F) and params_of(program)["w2"] == (F, D)
+    assert_all_heads_at_once(program, sequences=2)
+    w = {n: f32(values, n) for n in params_of(program)}
+    for r in range(2):
+        x = f32(values, f"x{r}")
+        h = x + paper_attention(layernorm(x, w["ln1_g"], w["ln1_b"]), w, p["H"])
+        ffn = gelu(layernorm(h, w["ln2_g"], w["ln2_b"]) @ w["w1"] + w["c1"]) @ w["w2"] + w["c2"]
+        assert close(out[f"y{r}"], h + ffn)
+
+
+def test_transformer_naive_equals_the_pipelined_block_on_the_same_weights():
+    _, values, naive = run_naive("transformer_naive", 29)
+    pipelined = load("transformer_block", **SMALL["transformer_block"])
+    groups = sum(1 for t in pipelined.tensors if t.startswith("wq["))
+    chunks = sum(1 for t in pipelined.tensors if t.startswith("w1["))
+    assert (groups, chunks) == (3, 2) and SMALL["transformer_block"] == SMALL["transformer_naive"]
+    params = per_head_group(values, SMALL["transformer_block"]["H"], groups)
+    half = SMALL["transformer_block"]["F"] // chunks
+    for f in range(chunks):
+        cols = slice(f * half, (f + 1) * half)
+        params[f"w1[{f}]"] = np.ascontiguousarray(values["w1"][:, cols])
+        params[f"c1[{f}]"] = np.ascontiguousarray(values["c1"][cols])
+        params[f"w2[{f}]"] = np.ascontiguousarray(values["w2"][cols])
+    for n in ("ln1_g", "ln1_b", "ln2_g", "ln2_b", "c2"):
+        params[n] = values[n]
+    inputs = {f"x{r}": values[f"x{r}"] for r in range(2)}
+    out = rtgraph.evaluate(pipelined, inputs, params=params)
+    for r in range(2):
+        assert close(out[f"y{r}"], f64(naive, f"y{r}"))
+
+
+def test_bert_encoder_is_a_post_norm_layer_with_a_bias_on_every_projection():
+    program, values, out = run_naive("bert_encoder", 31)
+    p = SMALL["bert_encoder"]
+    D, F = p["D"], p["F"]
+    shapes = params_of(program)
+    assert {n: shapes[n] for n in ("bq", "bk", "bv", "bo", "b1", "b2")} == {
+        **{n: (D,) for n in ("bq", "bk", "bv", "bo", "b2")},
+        "b1": (F,),
+    }
+    assert_all_heads_at_once(program, sequences=2)
+    w = {n: f32(values, n) for n in shapes}
+    for r in range(2):
+        x = f32(values, f"x{r}")
+        h = layernorm(x + paper_attention(x, w, p["H"]), w["ln1_g"], w["ln1_b"], eps=1e-12)
+        ffn = gelu(h @ w["w1"] + w["b1"]) @ w["w2"] + w["b2"]
+        want = layernorm(h + ffn, w["ln2_g"], w["ln2_b"], eps=1e-12)
+        assert out[f"y{r}"].shape == (p["S"], D)
+        assert close(out[f"y{r}"], want)

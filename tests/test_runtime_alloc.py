@@ -12,7 +12,12 @@ from rtgraph.stream_program import Alloc, Free, Launch
 from rtgraph.stream_program.races import check_races
 
 MODES = ("direct", "pool", "pytorch", "buddy", "mixed")
-SMALL = {"attention": {"S": 64, "D": 128, "H": 4}}
+SMALL = {
+    "attention": {"S": 64, "D": 128, "H": 4},
+    "attention_naive": {"S": 64, "D": 128, "H": 4},
+    "transformer_naive": {"S": 64, "D": 128, "H": 4, "F": 512},
+    "bert_encoder": {"S": 64, "D": 128, "H": 4, "F": 512},
+}
 
 
 def _models():
