@@ -18,8 +18,8 @@ from rtgraph.ops import FAMILIES, OpError, all_ops, language_ops, lookup, run_ke
 SPEC_OPS = {
     "cube": "matmul conv2d",
     "vector": "add sub mul div neg exp log sqrt rsqrt tanh sigmoid relu gelu silu maximum minimum "
-    "scale where cast softmax layernorm rmsnorm groupnorm reduce_sum reduce_mean reduce_max "
-    "concat slice pool2d",
+    "scale where cast softmax layernorm rmsnorm groupnorm batchnorm reduce_sum reduce_mean "
+    "reduce_max concat slice pool2d",
     "layout": "reshape transpose broadcast_to",
     "dma": "copy",
     "synthetic": "kernel",
@@ -439,6 +439,52 @@ def test_normalisations_match_f64_definitions():
     )
     want = want.reshape(x.shape) * g[:, None, None] + b[:, None, None]
     np.testing.assert_allclose(run("groupnorm", [x, g, b], ["f32"] * 3, groups=3), want, atol=1e-5)
+
+
+def test_batchnorm_messages_and_shapes():
+    c4 = [T("f32", 4)] * 4
+    assert infer("batchnorm", T("f16", 2, 4, 3, 3), *[T("f16", 4)] * 4) == T("f16", 2, 4, 3, 3)
+    assert infer("batchnorm", T("f32", 8, 4), *c4) == T("f32", 8, 4)  # [N, C]: the last axis
+    e = fails("batchnorm", T("f32", 4), *c4)
+    assert e.arg == 0
+    assert e.message == "batchnorm: input must have rank 2 or more (N, C, ...), got f32[4]"
+    e = fails("batchnorm", T("f32", 2, 4, 3), *c4[:2], T("f32", 3), T("f32", 4))
+    assert e.arg == 3
+    assert e.message == (
+        "batchnorm: mean has shape [3], expected [4] (the number of channels, axis 1)"
+    )
+    e = fails("batchnorm", T("f32", 2, 4, 3), *c4[:3], T("f32", 4, 1))
+    assert e.arg == 4 and "var has shape [4, 1]" in e.message
+    e = fails("batchnorm", T("f16", 2, 4), T("f16", 4), T("f32", 4), *[T("f16", 4)] * 2)
+    assert (e.arg, e.kind) == (2, "dtype")
+    assert fails("batchnorm", T("i32", 2, 4), *[T("i32", 4)] * 4).kind == "dtype"
+    assert fails("batchnorm", T("f32", 2, 4), *c4, eps=-1e-5).attr == "eps"
+    op = lookup("batchnorm")
+    assert (op.min_args, op.max_args, op.fusion) == (5, 5, None)
+    cost = op.cost([T("f16", 2, 4, 3, 3), *[T("f16", 4)] * 4], T("f16", 2, 4, 3, 3), {})
+    assert (cost.flops, cost.bytes_read, cost.bytes_written) == (4 * 72, 144 + 32, 144)
+
+
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
+def test_batchnorm_is_the_per_channel_formula_computed_in_f32_and_rounded_once(dtype):
+    rng = np.random.default_rng(5)
+    x = arr(rng.standard_normal((2, 3, 4, 5)) * 3 + 1, dtype)
+    params = [arr(rng.standard_normal(3), dtype) for _ in range(3)]
+    params.append(arr(rng.uniform(0.1, 4, 3), dtype))
+    got = run("batchnorm", [x, *params], [dtype] * 5, eps=1e-3).astype(np.float64)
+    g, b, m, v = (p.astype(np.float64)[:, None, None] for p in params)
+    d = x.astype(np.float64) - m
+    want = d / np.sqrt(v + np.float32(1e-3)) * g + b
+    # One rounding to the dtype after six f32 steps (sub, add, sqrt, div, mul, add).
+    u, u32 = {"f32": 2.0**-24, "f16": 2.0**-11, "bf16": 2.0**-8}[dtype], 2.0**-24
+    slack = 8 * u32 * (np.abs(want) + np.abs(b) + np.abs(d * g / np.sqrt(v)))
+    assert np.all(np.abs(got - want) <= u * np.abs(want) + slack)
+    # [N, C]: the channels are the last axis
+    flat = arr(rng.standard_normal((6, 3)), dtype)
+    got = run("batchnorm", [flat, *params], [dtype] * 5)
+    g, b, m, v = (p.astype(np.float64) for p in params)
+    want = (flat.astype(np.float64) - m) / np.sqrt(v + np.float32(1e-5)) * g + b
+    np.testing.assert_allclose(got, want, rtol=4 * u, atol=4 * u)
 
 
 # --- reductions ----------------------------------------------------------------------------

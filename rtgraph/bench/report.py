@@ -13,8 +13,14 @@ from typing import TYPE_CHECKING, Any
 
 from rtgraph.bench.claims import HEADLINE_MODELS, headline_caption, headline_rows
 from rtgraph.bench.figure import bench_figure
-from rtgraph.bench.rows import BASELINE, AllocRow, HeadlineRow, MemoryRow, PolicyRow
-from rtgraph.bench.tables import alloc_table, headline_table, memory_table, policy_table
+from rtgraph.bench.rows import BASELINE, AllocRow, HeadlineRow, MemoryRow, OptRow, PolicyRow
+from rtgraph.bench.tables import (
+    alloc_table,
+    headline_table,
+    memory_table,
+    opt_table,
+    policy_table,
+)
 
 if TYPE_CHECKING:  # the drawing is bench.figure's; this module only names its type
     from matplotlib.figure import Figure
@@ -30,6 +36,7 @@ class BenchReport:
     policies: list[PolicyRow] = field(default_factory=list)
     memory: list[MemoryRow] = field(default_factory=list)
     allocation: list[AllocRow] = field(default_factory=list)
+    optimizer: list[OptRow] = field(default_factory=list)
 
     def policy_row(self, model: str, policy: str, memory: str = "stream-ordered") -> PolicyRow:
         for row in self.policies:
@@ -83,6 +90,10 @@ class BenchReport:
                 "### Allocation: static plan vs run-time allocators (by-unit streams)",
                 "",
                 alloc_table(self.allocation),
+                "",
+                "### The graph optimizer: -O0 (the graph as written) vs -O2",
+                "",
+                opt_table(self.optimizer),
             ]
         )
 
@@ -113,6 +124,7 @@ class BenchReport:
                 }
                 for r in self.allocation
             ],
+            "optimizer": [{**asdict(r), "lift": r.lift} for r in self.optimizer],
             "headline": [asdict(r) for r in self.headline_rows()],
         }
 

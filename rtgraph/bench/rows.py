@@ -123,3 +123,24 @@ class HeadlineRow:
     agrees_if: str
     measured: str
     verdict: str
+
+
+@dataclass(frozen=True)
+class OptRow:
+    """One model at one optimization level: tasks, HBM traffic, and its runs on one stream
+    and on a stream per unit."""
+
+    model: str
+    level: int
+    tasks: int
+    hbm_bytes: int  # bytes the tasks read and write in device memory
+    single_us: float
+    by_unit_us: float
+    single_compute: float  # Cube + Vector utilization on one stream (0..2)
+    by_unit_compute: float  # … on a stream per unit
+    cube_by_unit: float
+
+    @property
+    def lift(self) -> float:
+        """Cube + Vector utilization with a stream per unit ÷ on one stream."""
+        return self.by_unit_compute / self.single_compute if self.single_compute else float("nan")

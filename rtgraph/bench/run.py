@@ -34,7 +34,16 @@ from typing import TextIO
 from rtgraph import api
 from rtgraph.bench.progress import Progress
 from rtgraph.bench.report import BenchReport
-from rtgraph.bench.rows import BASELINE, EMULATED, SPEC_COSTED, AllocRow, MemoryRow, PolicyRow
+from rtgraph.bench.rows import (
+    BASELINE,
+    EMULATED,
+    SPEC_COSTED,
+    AllocRow,
+    MemoryRow,
+    OptRow,
+    PolicyRow,
+)
+from rtgraph.compiler.options import CompileOptions
 from rtgraph.compiler.passes.memory_plans import PLANS
 from rtgraph.device.spec import DeviceSpec
 from rtgraph.emulator.results import RunResult
@@ -95,7 +104,7 @@ def bench(
     params = params or {}
     out = stream if stream is not None else sys.stderr
     show = progress if progress is not None else out.isatty()
-    bar = Progress(len(files) * (len(memories) * len(order) + 1 + len(allocs)), out, show)
+    bar = Progress(len(files) * (len(memories) * len(order) + 2 + len(allocs)), out, show)
 
     report = BenchReport(device=spec.name, models=[], params={})
     for path in files:
@@ -118,8 +127,39 @@ def bench(
         for mode in allocs:
             bar.step(f"{name}: alloc {mode}")
             report.allocation.append(_alloc_row(name, mode, program, spec))
+        bar.step(f"{name}: -O0 vs -O2")
+        report.optimizer += [_opt_row(name, level, program, spec) for level in OPT_LEVELS]
     bar.finish()
     return report
+
+
+#: The optimization levels the bench compares.
+OPT_LEVELS = (0, 2)
+
+
+def _opt_row(name: str, level: int, program: Program, spec: DeviceSpec) -> OptRow:
+    runs = {}
+    for policy in (BASELINE, "by-unit"):
+        options = CompileOptions(streams=policy, opt_level=level)
+        compiled = api.compile(program, device=spec, options=options)
+        runs[policy] = (compiled, api.run(compiled, device=spec, numerics=False))
+    compiled, single = runs[BASELINE]
+    by_unit = runs["by-unit"][1]
+    return OptRow(
+        model=name,
+        level=level,
+        tasks=len(compiled.tasks),
+        hbm_bytes=sum(t.bytes_read + t.bytes_written for t in compiled.tasks),
+        single_us=single.makespan_us,
+        by_unit_us=by_unit.makespan_us,
+        single_compute=_compute(single),
+        by_unit_compute=_compute(by_unit),
+        cube_by_unit=float(by_unit.utilization.get("cube", 0.0)),
+    )
+
+
+def _compute(result: RunResult) -> float:
+    return float(result.utilization.get("cube", 0.0) + result.utilization.get("vector", 0.0))
 
 
 def _check_choices(memories: Sequence[str], allocs: Sequence[str]) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from rtgraph.bench.rows import BASELINE, AllocRow, HeadlineRow, MemoryRow, PolicyRow
+from rtgraph.bench.rows import BASELINE, AllocRow, HeadlineRow, MemoryRow, OptRow, PolicyRow
 
 
 def table(header: Sequence[str], rows: Sequence[Sequence[str]], right: Sequence[bool]) -> str:
@@ -134,3 +134,41 @@ def alloc_table(rows: Sequence[AllocRow]) -> str:
         "figures",
     ]
     return table(header, body, [False, False] + [True] * 7 + [False])
+
+
+def opt_table(rows: Sequence[OptRow]) -> str:
+    """Per model, -O0 against -O2: tasks, HBM bytes moved, makespans and utilization lift."""
+    base = {r.model: r for r in rows if r.level == 0}
+    body = []
+    for r in rows:
+        o0 = base.get(r.model)
+        saved = 1 - r.hbm_bytes / o0.hbm_bytes if o0 and o0.hbm_bytes else 0.0
+        body.append(
+            [
+                r.model,
+                f"-O{r.level}",
+                str(r.tasks),
+                f"{r.hbm_bytes / 2**20:,.1f}",
+                pct(saved) if r.level else "—",
+                f"{r.single_us:,.1f}",
+                f"{r.by_unit_us:,.1f}",
+                pct(r.cube_by_unit),
+                pct(r.single_compute),
+                pct(r.by_unit_compute),
+                f"{r.lift:.2f}×",
+            ]
+        )
+    header = [
+        "model",
+        "level",
+        "tasks",
+        "HBM MiB moved",
+        "saved",
+        "single µs",
+        "by-unit µs",
+        "cube (by-unit)",
+        "cube+vector single",
+        "cube+vector by-unit",
+        "÷ single",
+    ]
+    return table(header, body, [False, False] + [True] * 9)

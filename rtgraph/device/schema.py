@@ -27,6 +27,7 @@ from rtgraph.device.spec import (
 from rtgraph.device.versions import parse_version
 from rtgraph.dtypes import DTYPES
 from rtgraph.errors import DeviceSpecError, did_you_mean
+from rtgraph.ops.fused import EPILOGUES
 
 # --- rules: what one key may hold ----------------------------------------------------------
 
@@ -154,6 +155,11 @@ VERSION = Rule(
     _version,
     {"type": "string", "pattern": _VERSION_PATTERN},
 )
+EPILOGUE_LIST = Rule(
+    f"a list of epilogues from {', '.join(map(repr, EPILOGUES))}",
+    _list_of(_choice(*EPILOGUES)),
+    {"type": "array", "items": {"enum": list(EPILOGUES)}},
+)
 
 
 def optional(rule: Rule) -> Rule:
@@ -185,6 +191,7 @@ COMPUTE_UNIT_KEYS: dict[str, Rule] = {
         "a table of flop/s per core by dtype", _table, {"type": "object", "minProperties": 1}
     ),
     "default_block_dim": optional(NONNEG_INT),
+    "epilogues": optional(EPILOGUE_LIST),
 }
 DMA_UNIT_KEYS: dict[str, Rule] = {
     "cores": POSITIVE_INT,

@@ -23,7 +23,10 @@ class UnitSpec:
     ``peak_flops`` is per core and per dtype (flop/s); a DMA unit instead moves ``bandwidth``
     bytes/s per engine. ``launch_us`` is the per-task dispatch overhead. ``default_block_dim``
     is how many cores an op task takes when neither the program nor the cost model says
-    otherwise (0: as many as the work fills, up to ``cores``).
+    otherwise (0: as many as the work fills, up to ``cores``). ``epilogues`` are the ops the
+    unit's output path applies to a result on its way out, at no cost of its own (names from
+    :data:`rtgraph.ops.fused.EPILOGUES`; the Cube's are what the optimizer may fuse into a
+    matmul or conv2d task).
     """
 
     kind: str
@@ -32,6 +35,7 @@ class UnitSpec:
     peak_flops: Mapping[str, float] = field(default_factory=dict)
     bandwidth: float = 0.0
     default_block_dim: int = 0
+    epilogues: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -2,6 +2,7 @@
 
 Both accumulate f16/bf16 in f32, as a Cube unit does (and as NumPy's only fast path does: its
 float16 matmul has no BLAS behind it); integers accumulate in int64 and wrap to the output type.
+A matmul computes its rows in blocks of :data:`ROW_BLOCK` (see there).
 """
 
 from __future__ import annotations
@@ -63,6 +64,26 @@ def _matmul_cost(types: Types, out: TensorType, attrs: Attrs) -> Cost:
     return Cost(2 * out.size * types[0].shape[-1], operand_bytes(types), out.nbytes)
 
 
+#: Rows of a matmul's result computed per BLAS call. BLAS picks its kernels (and so its
+#: summation order) by the call's shape, so a row computed in a call of 1,024 rows and the same
+#: row in a call of 512 can differ in the last bit. Computing every product in blocks of this
+#: many rows makes a row's value independent of how many rows share the matmul: the optimizer's
+#: row tiling, in multiples of this, stays bit-exact.
+ROW_BLOCK = 64
+
+
+def _matmul_kernel(arrays: Arrays, attrs: Attrs) -> np.ndarray:
+    a, b = wide(arrays[0]), np.ascontiguousarray(wide(arrays[1]))
+    if a.ndim < 2 or a.shape[-2] <= ROW_BLOCK:
+        return np.matmul(np.ascontiguousarray(a), b)
+    rows = a.shape[-2]
+    blocks = [
+        np.matmul(np.ascontiguousarray(a[..., i : i + ROW_BLOCK, :]), b)
+        for i in range(0, rows, ROW_BLOCK)
+    ]
+    return np.concatenate(blocks, axis=-2)
+
+
 MATMUL = OpDef(
     name="matmul",
     unit="cube",
@@ -70,7 +91,7 @@ MATMUL = OpDef(
     max_args=2,
     infer=_matmul_infer,
     cost=_matmul_cost,
-    kernel=lambda a, attrs: np.matmul(wide(a[0]), wide(a[1])),
+    kernel=_matmul_kernel,
     doc="matrix product (`a @ b`): batch dims broadcast, rank-1 operands as in NumPy; "
     "f16/bf16 accumulate in f32",
 )

@@ -1,18 +1,27 @@
-"""The ``fused`` op: a chain or tree of Vector ops run as one task, as a graph compiler's fused
-kernel runs them.
+"""The ``fused`` op: several ops run as one task, as a graph compiler's fused kernel runs them —
+a chain or tree of Vector ops, or a Cube op with the epilogue its output path applies.
 
-The optimizer's fusion pass makes it (:mod:`rtgraph.compiler.optimizer.fuse_elementwise`); a
-program cannot name it. Its ``body`` attribute lists the ops it runs, in order. Each step is
-``(op, args, attrs, dtype, shape)``: a registered op whose ``fusion`` allows it, its arguments
-as indices (below ``len(inputs)`` an input of the fused task, from there on an earlier step's
-result), its attributes as ``(key, value)`` pairs, and the type its result has. The last step's
-result is the task's output.
+The optimizer's fusion passes make it (:mod:`rtgraph.compiler.optimizer.fuse_elementwise`,
+:mod:`rtgraph.compiler.optimizer.fuse_epilogue`); a program cannot name it. Its ``body``
+attribute lists the ops it runs, in order. Each step is ``(op, args, attrs, dtype, shape)``: a
+registered op, its arguments as indices (below ``len(inputs)`` an input of the fused task, from
+there on an earlier step's result), its attributes as ``(key, value)`` pairs, and the type its
+result has. The last step's result is the task's output.
+
+Its ``unit`` attribute says which body is which. ``vector`` (the default): every step is an op
+whose ``fusion`` allows it. ``cube``: step 0 is ``matmul`` or ``conv2d`` (the head) and every
+later step an epilogue (:data:`EPILOGUES`) of the step before it — the bias, scale and
+activation a Cube's output path applies as the result leaves the unit (the Ascend 910B's
+FixPipe), which device specs list per unit (``[units.cube] epilogues``). Which of them a device
+has is the compiler's business; this module checks only the shape of a body.
 
 Numerics: each step's result is rounded to its own dtype exactly where the unfused op rounds it,
 so a fused task equals the ops it replaced bit for bit. With ``fast_math`` the intermediates of a
 floating-point body stay in f32 and only the output is rounded — fewer roundings, a different
 answer, reported against the reference. Cost: the task reads each input once and writes one
-result; the intermediates never reach device memory, which is the point of fusing.
+result; the intermediates never reach device memory, which is the point of fusing. A Cube
+task's flops are its head's: the epilogue is fixed-function work that streams with the result
+(free, as the Cube's own accumulate-and-round is), not Cube arithmetic.
 """
 
 from __future__ import annotations
@@ -31,23 +40,49 @@ MAX_STEPS = 64
 
 Step = tuple[str, tuple[int, ...], tuple[tuple[str, Any], ...], str, tuple[int, ...]]
 
+#: The units a fused task may run on.
+UNITS = ("vector", "cube")
+
+#: The activations a Cube's output path may apply: unary ops of the step before.
+ACTIVATIONS = ("relu", "gelu", "silu", "sigmoid", "tanh")
+
+#: Every epilogue a device may list (``[units.cube] epilogues``), and what it is in IR terms. A
+#: Cube body applies each at most once, an activation last.
+EPILOGUES: dict[str, str] = {
+    "bias": "add of a channel vector: one value per output channel (the last axis after "
+    "matmul, axis 1 after conv2d), broadcast over the rest",
+    "scale": "scale(x, s), or mul by a scalar or a channel vector (a dequantize's multiply)",
+    **{name: f"{name}(x)" for name in ACTIVATIONS},
+}
+
+#: The Cube ops that may head a Cube body, and the axis of their output channels.
+CHANNEL_AXIS = {"matmul": -1, "conv2d": 1}
+
 
 def _bad(k: int, problem: str) -> OpError:
     return OpError(f"fused: body step {k}: {problem}", attr="body", kind="attr")
 
 
-def step_types(types: Sequence[TensorType], body: Any) -> list[TensorType]:
+def step_types(types: Sequence[TensorType], body: Any, unit: Any = "vector") -> list[TensorType]:
     """The type of every value of a fused body — its inputs', then each step's — checking each
-    step as the op's own rule would (a body read from a file is untrusted)."""
+    step as the op's own rule would, and a ``cube`` body's shape: a Cube head, then a chain of
+    epilogues (a body read from a file is untrusted)."""
+    if unit not in UNITS:
+        raise OpError(
+            f"fused: unit must be 'vector' or 'cube', got {unit!r}", attr="unit", kind="attr"
+        )
     if not isinstance(body, tuple | list) or not 0 < len(body) <= MAX_STEPS:
         raise OpError(f"fused: body must list 1 to {MAX_STEPS} steps", attr="body", kind="attr")
     values = list(types)
+    applied: list[str] = []  # a Cube body's epilogues so far
     for k, step in enumerate(body):
         if not isinstance(step, tuple | list) or len(step) != 5:
             raise _bad(k, "must be (op, args, attrs, dtype, shape)")
         name, args, attrs, dtype, shape = step
         op = lookup(name) if isinstance(name, str) else None
-        if op is None or op.fusion is None:
+        if unit == "cube":
+            _cube_op(k, name, op)
+        elif op is None or op.fusion is None:
             raise _bad(k, f"{name!r} is not a fusible op")
         if not isinstance(args, tuple | list) or not all(
             isinstance(a, int) and 0 <= a < len(values) for a in args
@@ -59,8 +94,70 @@ def step_types(types: Sequence[TensorType], body: Any) -> list[TensorType]:
             raise _bad(k, str(e)) from None
         if (out.dtype, tuple(out.shape)) != (dtype, tuple(shape)):
             raise _bad(k, f"{name} gives {out}, the body says {dtype}{list(shape)}")
+        if unit == "cube" and k:
+            applied.append(_epilogue_step(k, body[0][0], name, args, values, len(types), applied))
         values.append(out)
     return values
+
+
+def _cube_op(k: int, name: Any, op: OpDef | None) -> None:
+    """Refuse step ``k`` of a Cube body if its op cannot stand there (before its types)."""
+    if k == 0 and (not isinstance(name, str) or name not in CHANNEL_AXIS):
+        raise _bad(0, f"a Cube body starts with matmul or conv2d, not {name!r}")
+    if k and (op is None or op.unit == "cube"):
+        raise _bad(k, f"{name!r} is not an epilogue (a Cube body runs one Cube op, its step 0)")
+
+
+def _epilogue_step(
+    k: int,
+    head: str,
+    name: str,
+    args: Sequence[int],
+    values: Sequence[TensorType],
+    inputs: int,
+    applied: Sequence[str],
+) -> str:
+    """The epilogue step ``k`` of a Cube body applies, refused unless it is one: an op of the
+    step before (read once) and of the task's inputs, applied at most once, an activation last."""
+    before = len(values) - 1
+    others = [a for a in args if a != before]
+    kind = None
+    if list(args).count(before) == 1 and all(a < inputs for a in others):
+        kind = epilogue_kind(head, name, [values[a] for a in args], list(args).index(before))
+    if kind is None:
+        raise _bad(k, f"{name} is not an epilogue of the step before ({', '.join(EPILOGUES)})")
+    if kind in applied or any(a in ACTIVATIONS for a in applied):
+        raise _bad(k, f"{kind} after {', '.join(applied)}: each epilogue once, an activation last")
+    return kind
+
+
+def epilogue_kind(head: str, name: str, operands: Sequence[TensorType], chained: int) -> str | None:
+    """Which epilogue (:data:`EPILOGUES`) the op ``name`` on ``operands`` is, when
+    ``operands[chained]`` is the result of a Cube op ``head`` or of its epilogue so far (None:
+    none). The other operands are what the Cube's output path reads besides the result."""
+    x = operands[chained]
+    others = [t for i, t in enumerate(operands) if i != chained]
+    if not others and (name in ACTIVATIONS or name == "scale"):
+        return name
+    if len(others) != 1 or head not in CHANNEL_AXIS:
+        return None
+    (other,) = others
+    channel = _channel_vector(other, x, CHANNEL_AXIS[head])
+    if name == "add" and channel:
+        return "bias"
+    if name == "mul" and (channel or all(d == 1 for d in other.shape)) and other.rank <= x.rank:
+        return "scale"
+    return None
+
+
+def _channel_vector(t: TensorType, x: TensorType, axis: int) -> bool:
+    """Whether ``t`` holds one value per channel of ``x`` (its ``axis``), broadcast over the
+    rest: right-aligned to ``x``, every dimension 1 but the channel's, which is ``x``'s."""
+    if t.rank > x.rank or not x.rank:
+        return False
+    axis %= x.rank
+    padded = (1,) * (x.rank - t.rank) + tuple(t.shape)
+    return all(d == (x.shape[i] if i == axis else 1) for i, d in enumerate(padded))
 
 
 def _attr_dict(attrs: Any) -> dict[str, Any]:
@@ -72,14 +169,17 @@ def _attr_dict(attrs: Any) -> dict[str, Any]:
 
 
 def _infer(types: Types, attrs: Attrs) -> TensorType:
-    return step_types(types, attrs["body"])[-1]
+    return step_types(types, attrs["body"], attrs.get("unit", "vector"))[-1]
 
 
 def _cost(types: Types, out: TensorType, attrs: Attrs) -> Cost:
-    """The steps' flops; each input read once and the output written once."""
-    values = step_types(types, attrs["body"])
+    """The steps' flops (a Cube body's: its head's); each input read once, the output written
+    once."""
+    unit = attrs.get("unit", "vector")
+    values = step_types(types, attrs["body"], unit)
+    steps = attrs["body"][:1] if unit == "cube" else attrs["body"]
     flops = 0
-    for k, (name, args, step_attrs, _, _) in enumerate(attrs["body"]):
+    for k, (name, args, step_attrs, _, _) in enumerate(steps):
         op = lookup(name)
         assert op is not None
         arg_types = [values[a] for a in args]
@@ -141,9 +241,11 @@ FUSED = OpDef(
     attrs={
         "body": AttrSpec("names", doc="the steps, made by the optimizer"),
         "fast_math": AttrSpec("bool", False, doc="keep intermediates in f32"),
+        "unit": AttrSpec("unit", "vector", doc="vector, or cube: a Cube op and its epilogue"),
     },
-    doc="Vector ops fused by the optimizer into one task: inputs read once, one result "
-    "written, each step rounded as the unfused op rounds it (unless fast_math)",
+    doc="ops fused by the optimizer into one task (Vector ops, or a Cube op and its epilogue): "
+    "inputs read once, one result written, each step rounded as the unfused op rounds it "
+    "(unless fast_math)",
     internal=True,
 )
 

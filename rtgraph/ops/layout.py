@@ -9,10 +9,51 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from rtgraph.dtypes import TensorType
 from rtgraph.ops.registry import REQUIRED, AttrSpec, OpDef, OpError
 from rtgraph.ops.rules import Attrs, Types, at_least, axis, dims, moves_only
+
+#: The ops a compiler can make views of their operand (``slice`` always; the others where the
+#: strides allow).
+VIEW_OPS = ("reshape", "transpose", "broadcast_to", "slice")
+
+
+def view_layout(
+    shape: tuple[int, ...],
+    strides: tuple[int, ...],
+    itemsize: int,
+    op: str,
+    attrs: Attrs,
+    out_shape: tuple[int, ...],
+) -> tuple[tuple[int, ...], tuple[int, ...], int] | None:
+    """The ``(shape, strides, byte offset)`` of the view ``op`` makes of a strided tensor, or
+    None when NumPy's stride rules cannot express it and the layout needs a copy.
+
+    Computed with NumPy itself on a zero-byte stand-in, so the compiler, the interpreter and
+    the emulator agree on what is a view by construction.
+    """
+    stand_in = as_strided(
+        np.zeros(1, dtype=np.dtype(f"V{itemsize}")), shape=shape, strides=strides, writeable=False
+    )
+    try:
+        if op == "reshape":
+            result = np.reshape(stand_in, out_shape, copy=False)
+        elif op == "transpose":
+            result = np.transpose(stand_in, attrs.get("perm") or None)
+        elif op == "slice":
+            index = [slice(None)] * len(shape)
+            index[attrs["axis"]] = slice(attrs["start"], attrs["stop"])
+            result = stand_in[tuple(index)]
+        else:
+            result = np.broadcast_to(stand_in, out_shape)
+    except ValueError:
+        return None
+    if tuple(result.shape) != tuple(out_shape):
+        return None
+    offset = result.__array_interface__["data"][0] - stand_in.__array_interface__["data"][0]
+    return tuple(result.shape), tuple(result.strides), offset
 
 
 def _reshape_infer(types: Types, attrs: Attrs) -> TensorType:

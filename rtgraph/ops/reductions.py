@@ -1,5 +1,5 @@
 """Vector reductions and normalisations: ``softmax``, ``layernorm``, ``rmsnorm``,
-``groupnorm`` and ``reduce_sum``/``reduce_mean``/``reduce_max``.
+``groupnorm``, ``batchnorm`` (inference form) and ``reduce_sum``/``reduce_mean``/``reduce_max``.
 
 Sums accumulate in f32 for float operands (NumPy's pairwise summation) and in int64 for
 integers, which wrap to the output type; integer means truncate toward zero.
@@ -165,6 +165,46 @@ GROUPNORM = OpDef(
 )
 
 
+def _batchnorm_infer(types: Types, attrs: Attrs) -> TensorType:
+    x = types[0]
+    need_float("batchnorm", x, 0)
+    if x.rank < 2:
+        raise OpError(
+            f"batchnorm: input must have rank 2 or more (N, C, ...), got {x}",
+            arg=0,
+            hint="the channels are axis 1: [N, C] or [N, C, H, W]",
+        )
+    at_least("batchnorm", "eps", attrs["eps"], 0)
+    same_dtype("batchnorm", types)
+    for i, label in enumerate(("gamma", "beta", "mean", "var"), 1):
+        vector_of("batchnorm", types[i], i, label, x.shape[1], "the number of channels, axis 1")
+    return x
+
+
+def _batchnorm_kernel(arrays: Arrays, attrs: Attrs) -> np.ndarray:
+    x = wide(arrays[0])
+    gamma, beta, mean, var = (along(wide(p), 1, x.ndim) for p in arrays[1:])
+    return (x - mean) / np.sqrt(var + f32(attrs["eps"])) * gamma + beta
+
+
+#: Inference BatchNorm (ONNX BatchNormalization): running statistics are operands, nothing is
+#: reduced. Not fusible: its [C] operands meet axis 1, not the trailing axis NumPy broadcasting
+#: (and with it an ``elementwise`` op's tiling rule) would align them with; the optimizer folds
+#: it into a preceding conv2d or matmul instead (:mod:`~rtgraph.compiler.optimizer.fold_batchnorm`).
+BATCHNORM = OpDef(
+    name="batchnorm",
+    unit="vector",
+    min_args=5,
+    max_args=5,
+    infer=_batchnorm_infer,
+    cost=per_input(4),
+    kernel=ieee(_batchnorm_kernel),
+    attrs={"eps": AttrSpec("float", 1e-5, doc="added to the variance, at least 0")},
+    doc="inference batch norm: (x - mean) / sqrt(var + eps) * gamma + beta per channel "
+    "(axis 1 of N, C, ...); gamma, beta, mean, var of shape [C]",
+)
+
+
 def _reduce_rule(name: str):
     def infer(types: Types, attrs: Attrs) -> TensorType:
         x = types[0]
@@ -218,4 +258,4 @@ REDUCE_OPS = tuple(
 )
 
 #: This family's ops, in the order the language spec lists them.
-OPS: tuple[OpDef, ...] = (SOFTMAX, *NORM_OPS, GROUPNORM, *REDUCE_OPS)
+OPS: tuple[OpDef, ...] = (SOFTMAX, *NORM_OPS, GROUPNORM, BATCHNORM, *REDUCE_OPS)

@@ -125,9 +125,12 @@ class OpDef:
     internal: bool = False
 
     def unit_for(self, attrs: Mapping[str, Any]) -> str:
-        """The unit a task of this op runs on (``layout`` copies run on the Vector unit)."""
+        """The unit a task of this op runs on (``layout`` copies run on the Vector unit; an op
+        with a ``unit`` attribute runs where it says: the ``kernel`` op, a ``fused`` Cube task)."""
         if self.unit == "synthetic":
             return str(attrs["unit"])
+        if "unit" in self.attrs:
+            return str(attrs.get("unit", self.attrs["unit"].default))
         return "vector" if self.unit == "layout" else self.unit
 
 

@@ -2,15 +2,18 @@
 
 For every pass the options choose it prints the tasks and the HBM bytes the program would move
 before and after (the lowered task graph's ``bytes_read + bytes_written``: the traffic the cost
-model charges), then what changed: each fused kernel with the ops it runs and the intermediate
-bytes it keeps on chip, and the values other passes folded, merged or dropped.
+model charges), then what changed: each fused kernel with the ops it runs (a Cube one named as
+such: its epilogue runs on the Cube's output path) and the intermediate bytes it keeps on chip,
+and the values other passes folded, merged or dropped.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from rtgraph.compiler.optimizer.fold_batchnorm import FoldSite, fold_numerics, fold_sites
 from rtgraph.compiler.optimizer.pipeline import chosen_passes, optimize_steps
+from rtgraph.compiler.optimizer.tile_and_pipeline import plan_tiling
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.compiler.passes.lower import lower
 from rtgraph.ir.graph import OpNode, Program
@@ -57,7 +60,10 @@ def explain(program: Program, options: CompileOptions) -> str:
     for name, after_program in optimize_steps(program, options):
         after = traffic(after_program, options)
         lines.append(f"\n{name}: {_change(before, after)}")
-        lines += _details(previous, after_program)
+        folds = _batchnorm_folds(previous, after_program) if name == "fold_batchnorm" else []
+        lines += folds or _details(previous, after_program)
+        if name == "tile_and_pipeline":
+            lines += _tiling(previous, options)
         previous, before = after_program, after
     lines.append(f"\nin all: {_change(first, before)}")
     return "\n".join(lines)
@@ -75,8 +81,9 @@ def _details(before: Program, after: Program) -> list[str]:
             fused_away.update(inner)
             kept = sum(_nbytes(before, n) for n in inner)
             where = f" (line {node.span.line})" if node.span else ""
+            task = "the Cube task " if node.attrs.get("unit") == "cube" else ""
             lines.append(
-                f"  fused {len(body)} ops into '{after.tensors[node.output].label}'{where}: "
+                f"  fused {len(body)} ops into {task}'{after.tensors[node.output].label}'{where}: "
                 f"{describe_body(body, node.inputs)}; {kept:,} intermediate bytes stay on chip"
             )
     gone = [name for name in old if name not in after.tensors and name not in fused_away]
@@ -107,3 +114,66 @@ def _inner(before: Program, node: OpNode) -> list[str]:
 
 def _nbytes(program: Program, name: str) -> int:
     return program.tensors[name].type.nbytes
+
+
+def _batchnorm_folds(before: Program, after: Program) -> list[str]:
+    """What ``fold_batchnorm`` did: each fold, then its numeric effect — the outputs of the
+    folded and the unfolded program on seeded data (reference interpreter), and each fold's own
+    error against the bound the pass derives (:func:`fold_numerics`)."""
+    sites = {s.bn.output: s for s in fold_sites(before)}
+    if not sites or after is before:
+        return []
+    lines = []
+    for site in sites.values():
+        span = before.tensors[site.bn.output].span
+        where = f" (line {span.line})" if span else ""
+        lines.append(
+            f"  folded the batchnorm after {_product(before, site)}{where} into its weights"
+        )
+    added = len(after.nodes) - len(before.nodes)
+    lines.append(f"  {added} Vector ops prepare the scaled weights and biases from the params")
+    m = fold_numerics(before, after)
+    if m is None:
+        return [*lines, "  numerics not measured: the program does not fit in host memory"]
+    verdict = "within" if m.worst_share <= 1 else "NOT within"
+    return [
+        *lines,
+        f"  numerics (seed 0, variances |v|): outputs differ from the unfolded program's by max "
+        f"abs {m.max_abs:.3g}, max rel {m.max_rel:.3g} (of the output's largest magnitude)",
+        f"  each fold's own result: max abs {m.local_abs:.3g}, {verdict} the derived bound (up "
+        f"to {m.local_bound:.3g}); worst element {m.worst_share:.0%} of its bound, after "
+        f"{_product(before, sites[m.worst_fold])}",
+    ]
+
+
+def _product(program: Program, site: FoldSite) -> str:
+    x, w = (program.tensors[n].label for n in site.product.inputs)
+    return f"{site.product.op}({x}, {w})"
+
+
+def _tiling(program: Program, options: CompileOptions) -> list[str]:
+    """Each chain the tiler looked at: its ops, the K it chose and why — the cost model's
+    predicted makespan for every K along the chosen prefix and axis (a stream per unit)."""
+    lines = []
+    for plan in plan_tiling(program, options):
+        chain = " → ".join(n.op for n in plan.chain)
+        first = plan.chain[0]
+        where = f" (line {first.span.line})" if first.span else ""
+        c, untiled = plan.chosen, plan.candidates[0]
+        if c.tiles == 1:
+            lines.append(
+                f"  chain{where} {chain}: left whole ({untiled.predicted_us:.1f} µs predicted)"
+            )
+            continue
+        same = sorted(
+            (k for k in plan.candidates if (k.length, k.axis) == (c.length, c.axis)),
+            key=lambda k: k.tiles,
+        )
+        options_text = ", ".join(f"K={k.tiles}: {k.predicted_us:.1f}" for k in same)
+        lines.append(
+            f"  chain{where} {chain}: first {c.length} ops cut along axis {c.axis} of "
+            f"'{program.tensors[plan.chain[c.length - 1].output].label}' into K={c.tiles} "
+            f"({c.working_bytes:,} bytes of tiles in flight); predicted µs: untiled "
+            f"{untiled.predicted_us:.1f}, {options_text}"
+        )
+    return lines or ["  no chain starts on the Cube"]

@@ -8,17 +8,25 @@ from __future__ import annotations
 
 #: Every optimizer pass, in the order a pipeline runs them, with what it does.
 PASSES: dict[str, str] = {
+    "fold_batchnorm": "batchnorm after a conv2d or matmul on params folds into its weights",
     "fold_constants": "ops on compile-time scalars become constants; x·1 is x",
     "fold_layout": "transpose of a transpose, reshape of a reshape, identity layouts: one or none",
     "eliminate_common_subexpressions": "one op applied twice to the same operands is computed once",
     "eliminate_dead_code": "ops whose results nothing uses are dropped",
+    "fuse_epilogue": "a matmul / conv2d and the bias, scale, activation after it: one Cube task",
     "fuse_elementwise": "chains and trees of Vector ops become one task (inputs read once)",
+    "tile_and_pipeline": "a Cube-to-Vector chain is cut into K tiles (K by the cost model) and "
+    "emitted skewed, so one tile's Cube work overlaps the last one's Vector work",
 }
 
-#: What each ``-O`` level runs (``-O2`` will add tiling and auto-pipelining).
+#: The passes that rewrite the schedule, not the arithmetic's shape: ``-O2`` only.
+PIPELINING = ("tile_and_pipeline",)
+
+#: What each ``-O`` level runs: ``-O1`` canonicalizes and fuses, ``-O2`` also tiles and
+#: pipelines.
 LEVELS: dict[int, tuple[str, ...]] = {
     0: (),
-    1: tuple(PASSES),
+    1: tuple(p for p in PASSES if p not in PIPELINING),
     2: tuple(PASSES),
 }
 

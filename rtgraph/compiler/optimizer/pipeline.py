@@ -12,10 +12,13 @@ from rtgraph.compiler.optimizer.eliminate_common_subexpressions import (
     eliminate_common_subexpressions,
 )
 from rtgraph.compiler.optimizer.eliminate_dead_code import eliminate_dead_code
+from rtgraph.compiler.optimizer.fold_batchnorm import fold_batchnorm
 from rtgraph.compiler.optimizer.fold_constants import fold_constants
 from rtgraph.compiler.optimizer.fold_layout import fold_layout
 from rtgraph.compiler.optimizer.fuse_elementwise import fuse_elementwise
+from rtgraph.compiler.optimizer.fuse_epilogue import fuse_epilogue
 from rtgraph.compiler.optimizer.levels import LEVELS, PASSES
+from rtgraph.compiler.optimizer.tile_and_pipeline import tile_and_pipeline
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.errors import UsageError
 from rtgraph.ir.graph import Program
@@ -25,11 +28,14 @@ OptPass = Callable[[Program, CompileOptions], Program]
 
 #: Every pass by name (the order of :data:`~rtgraph.compiler.optimizer.levels.PASSES`).
 PASS_FUNCTIONS: dict[str, OptPass] = {
+    "fold_batchnorm": fold_batchnorm,
     "fold_constants": fold_constants,
     "fold_layout": fold_layout,
     "eliminate_common_subexpressions": eliminate_common_subexpressions,
     "eliminate_dead_code": eliminate_dead_code,
+    "fuse_epilogue": fuse_epilogue,
     "fuse_elementwise": fuse_elementwise,
+    "tile_and_pipeline": tile_and_pipeline,
 }
 assert tuple(PASS_FUNCTIONS) == tuple(PASSES)
 

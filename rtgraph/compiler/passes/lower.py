@@ -14,8 +14,6 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import networkx as nx
-import numpy as np
-from numpy.lib.stride_tricks import as_strided
 
 from rtgraph.compiler.taskgraph import DagTask, HostStep, Storage, TaskGraph, View
 from rtgraph.device.spec import DeviceSpec
@@ -31,12 +29,13 @@ from rtgraph.ir.graph import (
     WaitNode,
 )
 from rtgraph.ops import lookup
+from rtgraph.ops.layout import VIEW_OPS, view_layout
 from rtgraph.timing.costmodel import block_dim_for
 
 if TYPE_CHECKING:  # for annotations only: the options module imports the passes' vocabularies
     from rtgraph.compiler.options import CompileOptions
 
-LAYOUT_OPS = ("reshape", "transpose", "broadcast_to")
+LAYOUT_OPS = VIEW_OPS
 
 
 def lower(program: Program, options: CompileOptions) -> TaskGraph:
@@ -84,24 +83,11 @@ def lower(program: Program, options: CompileOptions) -> TaskGraph:
 def layout_view(view: View, op: str, attrs: dict, out_shape: tuple[int, ...]) -> View | None:
     """The view that ``op`` makes of ``view``, or None when the layout needs a copy."""
     itemsize = DTYPES[view.dtype].itemsize
-    stand_in = as_strided(
-        np.zeros(1, dtype=np.dtype(f"V{itemsize}")),
-        shape=view.shape,
-        strides=view.strides,
-        writeable=False,
-    )
-    try:
-        if op == "reshape":
-            result = np.reshape(stand_in, out_shape, copy=False)
-        elif op == "transpose":
-            result = np.transpose(stand_in, attrs.get("perm") or None)
-        else:
-            result = np.broadcast_to(stand_in, out_shape)
-    except ValueError:
+    made = view_layout(view.shape, view.strides, itemsize, op, attrs, out_shape)
+    if made is None:
         return None
-    if tuple(result.shape) != tuple(out_shape):
-        return None
-    return View("", view.base, view.offset, tuple(result.shape), tuple(result.strides), view.dtype)
+    shape, strides, offset = made
+    return View("", view.base, view.offset + offset, shape, strides, view.dtype)
 
 
 @dataclass
