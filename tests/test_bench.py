@@ -199,10 +199,11 @@ def test_progress_bar_draws_in_place_on_a_terminal_and_lines_elsewhere():
     assert terminal.getvalue().count("\r[") >= 6 and terminal.getvalue().endswith("\n")
     plain = io.StringIO()
     bench(mlp, params=small, stream=plain, allocs=())
-    assert plain.getvalue().splitlines() == ["bench: [0/10] mlp", "bench: [10/10] done"]
+    # 3 memory plans × 3 policies, the memory plans, and -O0 vs -O2: 11 steps
+    assert plain.getvalue().splitlines() == ["bench: [0/11] mlp", "bench: [11/11] done"]
     steps = [line for line in terminal.getvalue().split("\r") if line.startswith("[")]
     counts = [int(line.split("] ")[1].split("/")[0]) for line in steps]
-    assert counts == list(range(1, 11))  # one step per run, never past the total
+    assert counts == list(range(1, 12))  # one step per run, never past the total
     silent = FakeTerminal()
     bench(mlp, params=small, stream=silent, allocs=(), progress=False)
     assert silent.getvalue() == ""

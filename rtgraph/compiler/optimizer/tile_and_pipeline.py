@@ -146,7 +146,7 @@ def _carry(chain: tuple[OpNode, ...], axis: int, program: Program) -> _Split | N
 # --- predicting a region's makespan --------------------------------------------------------
 
 
-def _duration(
+def op_duration(
     node: OpNode, types: list[TensorType], out: TensorType, spec: DeviceSpec
 ) -> tuple[str, float]:
     op = lookup(node.op)
@@ -178,7 +178,7 @@ class _Timeline:
                 self.layout[node.output] = (made[0], made[1])
                 self.done[node.output] = ready
                 return
-        unit, took = _duration(node, types, out, self.spec)
+        unit, took = op_duration(node, types, out, self.spec)
         start = max(ready, self.free.get(unit, 0.0))
         self.free[unit] = self.done[node.output] = start + took
 
