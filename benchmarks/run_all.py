@@ -52,6 +52,12 @@ SCRIPTS: tuple[tuple[str, list[str], list[str], str], ...] = (
         "compile time per task and timing-only emulation at 1k/10k/100k tasks",
     ),
     (
+        "optimizer_compile_time",
+        ["benchmarks/optimizer_compile_time.py", "--repeat", "2"],
+        ["benchmarks/optimizer_compile_time.py", "--sizes", "10000", "--repeat", "1"],
+        "compile time at -O2 against -O0 at 10k and 100k tasks (target: at most 1.5×)",
+    ),
+    (
         "simulate_overhead",
         ["benchmarks/simulate_overhead.py"],
         ["benchmarks/simulate_overhead.py", "--repeat", "1"],

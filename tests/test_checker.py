@@ -517,6 +517,30 @@ def test_listing() -> None:
     ]
 
 
+def test_placed_copies_fused_blocks_and_event_arrays_in_the_listing() -> None:
+    p = parse(
+        """
+        program p() {
+            input x : f32[4]
+            stream s, t; event e[2]
+            on s { xd = to_device(x); y = fused { u = xd * 2; return relu(u) } }
+            for i in 0..2 { on s { record e[i % 2] }; on t { wait e[i % 2] } }
+            on t { output y = to_host(y) }
+        }
+        """
+    )
+    assert rtgraph.format_program(p).splitlines()[4:-1] == [
+        "  event  e[0], e[1]",
+        "  to_device(x) : f32[4] on s",
+        "  y = fused[mul(x, %c0) → relu(·)](x, %c0) : f32[4] on s",
+        "  record e[0] on s",
+        "  wait e[0] on t",
+        "  record e[1] on s",
+        "  wait e[1] on t",
+        "  to_host(y) : f32[4] on t",
+    ]
+
+
 def test_every_op_of_the_language_checks_and_runs() -> None:
     """Each op of the spec, with its attributes written as users write them."""
     p = parse(

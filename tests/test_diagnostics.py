@@ -118,6 +118,14 @@ REQUIRED = [
     "param_array_too_large",
     "too_many_declarations",
     "tensor_too_many_dimensions",
+    "event_index_out_of_range",
+    "event_index_not_constant",
+    "event_array_needs_index",
+    "to_device_outside_on",
+    "to_device_after_use",
+    "to_host_not_output",
+    "fused_not_fusible",
+    "fused_without_return",
 ]
 
 
@@ -325,3 +333,135 @@ def test_a_long_line_is_shown_as_a_window_around_the_span() -> None:
     text, carets = shown.splitlines()
     assert len(text) <= 4 + SHOWN_WIDTH + 2 and text.startswith("    …") and text.endswith("…")
     assert text[carets.index("^") :].startswith("bad") and carets.count("^") == 3
+
+
+_PLACED = """program p() {{
+    input x : f32[4, 4]
+    param w : f32[4, 4]
+    stream s1, s2
+    event e, f[2]
+    {}
+}}"""
+_FUSIBLE = (
+    "a fused block is one kernel: Vector ops that fuse (elementwise, softmax, …), or a matmul "
+    "or conv2d and the epilogue after it"
+)
+
+
+@pytest.mark.parametrize(
+    ("statement", "col", "message", "hint"),
+    [
+        ("event g[0]", 13, "event array length 0 is not between 1 and 65,536", None),
+        (
+            "event g[x]",
+            13,
+            "the length of an event array must be a compile-time integer, got the input 'x' "
+            "(f32[4, 4])",
+            None,
+        ),
+        (
+            "on s1 { record e[0] }",
+            22,
+            "'e' is a single event, not an array",
+            "declare an array to index it: event e[N]",
+        ),
+        (
+            "on s1 { record f[1.5] }",
+            22,
+            "index of event array 'f' must be a compile-time integer, got the number 1.5",
+            "events are resolved at compile time: index with a constant or a loop variable "
+            "(e.g. e[i % 2])",
+        ),
+        (
+            "on s1 { record f[0] }; sync f",
+            33,
+            "event array 'f' needs an index",
+            "name one of its events: f[0] to f[1]",
+        ),
+        (
+            "sync f[2]",
+            12,
+            "index 2 is out of range for event array 'f' of length 2",
+            "valid indices are 0 to 1",
+        ),
+        ("on s1 { record x }", 20, "expected an event, not the input 'x' (f32[4, 4])", None),
+        ("on s1 { xd = to_device(x, pinned = 1) }", 31, "to_device takes no attributes", None),
+        ("on s1 { xd = to_device(x, x) }", 18, "to_device takes 1 tensor argument, got 2", None),
+        (
+            "on s1 { wd = to_device(w) }",
+            28,
+            "to_device copies a host input, not the param 'w' (f32[4, 4])",
+            "inputs live on the host; everything else is already on the device",
+        ),
+        (
+            "on s1 { xd = to_device(s2) }",
+            28,
+            "to_device copies a tensor, not the stream 's2'",
+            None,
+        ),
+        (
+            "on s1 { a = to_device(x); b = to_device(x) }",
+            35,
+            "input 'x' is already copied to the device at line 6",
+            "copy each input once and use its device name from then on",
+        ),
+        (
+            "y = relu(x); on s1 { output y = to_host(y); output z = to_host(y) }",
+            60,
+            "'y' is already copied to the host at line 6",
+            None,
+        ),
+        (
+            "output y = to_host(relu(x))",
+            16,
+            "to_host must be inside an `on` block",
+            "write `on s { ... = to_host(...) }` to say which stream copies it",
+        ),
+        (
+            "y = fused { t = relu(x); on s1 { }; return t }",
+            30,
+            "a fused block holds only bindings and a final return",
+            None,
+        ),
+        (
+            "y = fused { return x }",
+            17,
+            "a fused block returns the result of its last op, not the input 'x' (f32[4, 4])",
+            None,
+        ),
+        (
+            "y = fused { t = relu(x, block_dim = 2); return exp(t) }",
+            21,
+            "a fused block's ops take no block_dim",
+            None,
+        ),
+        (
+            "y = fused { t = kernel(unit = vector, us = 1); return relu(x) }",
+            21,
+            "a fused block holds only ops on tensors",
+            None,
+        ),
+        (
+            "y = fused { t = reshape(x, [16]); return relu(t) }",
+            21,
+            "fused: body step 0: 'reshape' is not a fusible op",
+            _FUSIBLE,
+        ),
+    ],
+)
+def test_event_array_host_copy_and_fused_block_messages(
+    statement: str, col: int, message: str, hint: str | None
+) -> None:
+    """Each mistake with event arrays, placed host copies and fused blocks: its exact message
+    and hint, at its column of line 6 (the one-line statement); nothing else is reported."""
+    with pytest.raises(RtgError) as info:
+        parse(_PLACED.format(statement))
+    reported = [(e.span.line, e.span.col, e.message, e.hint) for e in _errors(info.value)]
+    assert reported == [(6, col, message, hint)]
+
+
+def test_fused_is_a_keyword() -> None:
+    with pytest.raises(RtgSyntaxError) as info:
+        parse("program p() {\n    input x : f32[4]\n    fused = relu(x)\n}")
+    assert info.value.message == "expected '}' or a statement, found 'fused'"
+    assert info.value.hint == "'fused' is a keyword and cannot be used as a name"

@@ -183,10 +183,41 @@ def test_every_statement_form() -> None:
     assert [i.name.name for i in stmts[6].streams] == ["s1", "s2"]
     assert stmts[6].streams[1].options[0].name.name == "priority"
     assert [type(s).__name__ for s in stmts[8].body] == ["Binding", "Record"]
-    assert stmts[10].target is None and stmts[11].target.name == "e"
+    assert stmts[10].target is None and stmts[11].target.name.name == "e"
+    assert stmts[11].target.index is None
     assert stmts[13].blocking and not stmts[14].blocking
     assert stmts[16].value is None and stmts[17].value is not None
     assert stmts[18].value.id == "f32"
+
+
+def test_event_arrays_host_copies_and_fused_blocks_parse() -> None:
+    text = """
+    program p(N = 2) {
+        input x : f16[4]
+        stream s
+        event e[N], f
+        on s { xd = to_device(x); record e[1]; wait e[N - 1] }
+        sync e[0]
+        y = fused { t = xd * 0.5; return relu(t) }
+    }
+    """
+    stmts = body(text)
+    decl = stmts[2]
+    assert [i.name.name for i in decl.events] == ["e", "f"]
+    assert decl.events[0].count is not None and decl.events[1].count is None
+    on = stmts[3]
+    assert on.body[1].event.name.name == "e" and on.body[1].event.index.value == 1
+    assert isinstance(on.body[2].event.index, ast.BinOp)
+    assert stmts[4].target.index.value == 0
+    fused = stmts[5].value
+    assert isinstance(fused, ast.Fused)
+    assert [type(s).__name__ for s in fused.body] == ["Binding", "Return"]
+
+
+def test_fused_is_a_keyword_so_the_op_cannot_be_called() -> None:
+    with pytest.raises(RtgSyntaxError) as info:
+        parse_module("program p() {\n    input x : f16[4]\n    y = fused(x)\n}\n", "t.rtg")
+    assert "expected '{'" in str(info.value)
 
 
 def test_newlines_inside_brackets_do_not_end_statements() -> None:

@@ -31,6 +31,7 @@ from rtgraph.ops import op_table
 from rtgraph.reports.advisor import advise, format_advice
 from rtgraph.reports.explain import explain
 from rtgraph.reports.profiler import check_profile_options, profile, write_csvs
+from rtgraph.reports.rtg_source import emit_rtg
 from rtgraph.reports.trace import write_trace
 from rtgraph.stream_program.listing import compile_report, format_listing, to_dot
 from rtgraph.stream_program.races import check_races, describe_race, fix_hint
@@ -95,6 +96,9 @@ def cmd_compile(args: argparse.Namespace) -> int:
         text = format_listing(compiled)
     elif args.emit == "dot":
         text = to_dot(compiled)
+    elif args.emit == "rtg":
+        bound = options.for_device(device_spec(args, program, options))
+        text = emit_rtg(optimized_ir(program, bound), compiled)
     else:
         text = compiled.to_json(indent=1)
     _write(args, text)

@@ -85,9 +85,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--emit",
         default="json",
-        choices=("json", "listing", "dot", "ir"),
+        choices=("json", "listing", "dot", "ir", "rtg"),
         help="json: the stream program; listing: it, readable; dot: its DAG; ir: the program "
-        "after the optimizer (or after --after PASS)",
+        "after the optimizer (or after --after PASS); rtg: the compiled program as .rtg source "
+        "with explicit streams and events (recompile it with --streams explicit)",
     )
     p.add_argument("--after", metavar="PASS", help="with --emit ir: the IR after this pass")
 

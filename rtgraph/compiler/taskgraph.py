@@ -60,7 +60,13 @@ class View:
 
 @dataclass(frozen=True)
 class DagTask:
-    """One task before placement: what it computes and which storages it reads and writes."""
+    """One task before placement: what it computes and which storages it reads and writes.
+
+    ``window`` is the byte range ``[lo, hi)`` of its one written storage that it writes, when
+    that is only part of it (a tile writing its slice of a concatenation's result in place);
+    None: the whole storage. Hazards are judged on that range, so tiles writing disjoint slices
+    do not order each other.
+    """
 
     id: int
     name: str
@@ -80,6 +86,7 @@ class DagTask:
     host: str | None = None
     stream: str | None = None
     span: Span | None = None
+    window: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)

@@ -95,7 +95,15 @@ class Index:
     span: Span
 
 
-Expr = Name | Number | String | ListExpr | BinOp | Neg | Call | Index
+@dataclass(frozen=True, slots=True)
+class Fused:
+    """``fused { t = ...; return expr }``: the body's ops run as one fused task."""
+
+    body: tuple[Stmt, ...]
+    span: Span
+
+
+Expr = Name | Number | String | ListExpr | BinOp | Neg | Call | Index | Fused
 
 
 # --- statements ----------------------------------------------------------------------------
@@ -170,8 +178,26 @@ class StreamDecl:
 
 
 @dataclass(frozen=True, slots=True)
+class EventItem:
+    """``e`` or ``e[N]`` (an array of N events) in an ``event`` declaration."""
+
+    name: Ident
+    count: Expr | None
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
 class EventDecl:
-    events: tuple[Ident, ...]
+    events: tuple[EventItem, ...]
+    span: Span
+
+
+@dataclass(frozen=True, slots=True)
+class EventRef:
+    """``e`` or ``e[i]``: one event, or one element of an event array."""
+
+    name: Ident
+    index: Expr | None
     span: Span
 
 
@@ -184,13 +210,13 @@ class OnBlock:
 
 @dataclass(frozen=True, slots=True)
 class Record:
-    event: Ident
+    event: EventRef
     span: Span
 
 
 @dataclass(frozen=True, slots=True)
 class Wait:
-    event: Ident
+    event: EventRef
     span: Span
 
 
@@ -201,7 +227,7 @@ class Barrier:
 
 @dataclass(frozen=True, slots=True)
 class Sync:
-    target: Ident | None
+    target: EventRef | None
     span: Span
 
 

@@ -135,22 +135,28 @@ class AstBuilder:
         return ast.StreamItem(self.ident(c[0]), tuple(_nodes(c)), self.span(c))
 
     def event_decl(self, c: list) -> ast.EventDecl:
-        return ast.EventDecl(tuple(self.names(c)), self.span(c))
+        return ast.EventDecl(tuple(_nodes(c)), self.span(c))
+
+    def event_item(self, c: list) -> ast.EventItem:
+        return ast.EventItem(self.ident(c[0]), c[2] if len(c) > 1 else None, self.span(c))
+
+    def event_ref(self, c: list) -> ast.EventRef:
+        return ast.EventRef(self.ident(c[0]), c[2] if len(c) > 1 else None, self.span(c))
 
     def on_block(self, c: list) -> ast.OnBlock:
         return ast.OnBlock(self.ident(c[1]), c[2].stmts, self.span(c))
 
     def record(self, c: list) -> ast.Record:
-        return ast.Record(self.ident(c[1]), self.span(c))
+        return ast.Record(c[1], self.span(c))
 
     def wait(self, c: list) -> ast.Wait:
-        return ast.Wait(self.ident(c[1]), self.span(c))
+        return ast.Wait(c[1], self.span(c))
 
     def barrier(self, c: list) -> ast.Barrier:
         return ast.Barrier(self.span(c))
 
     def sync(self, c: list) -> ast.Sync:
-        return ast.Sync(self.ident(c[1]) if len(c) > 1 else None, self.span(c))
+        return ast.Sync(c[1] if len(c) > 1 else None, self.span(c))
 
     def callback(self, c: list) -> ast.Callback:
         name = self.string(c[1:2]).value
@@ -204,6 +210,9 @@ class AstBuilder:
 
     def list(self, c: list) -> ast.ListExpr:
         return ast.ListExpr(tuple(_nodes(c)), self.span(c))
+
+    def fused(self, c: list) -> ast.Fused:
+        return ast.Fused(c[1].stmts, self.span(c))
 
     def paren(self, c: list):
         return dataclasses.replace(c[1], span=self.span(c))

@@ -25,8 +25,8 @@ from rtgraph.frontend.functions import (
     find_recursion,
     literal,
 )
+from rtgraph.frontend.fusion import FusionChecker
 from rtgraph.frontend.parser import INT_LIMIT
-from rtgraph.frontend.streams import StreamChecker
 from rtgraph.frontend.values import POISON, Bound, FnRef, Scope, Value, describe
 from rtgraph.ir.graph import Program, Tensor
 from rtgraph.ops import language_op
@@ -40,7 +40,7 @@ MAX_STEPS = 100_000
 MAX_CALL_DEPTH = 64
 
 
-class Checker(StreamChecker):
+class Checker(FusionChecker):
     """Checks one module and builds its program."""
 
     def __init__(self, module: ast.Module, device_capacity: int | None = None) -> None:
@@ -62,6 +62,7 @@ class Checker(StreamChecker):
         self.priorities: dict[str, int] = {}
         self.outputs: list[str] = []
         self.recorded: set[str] = set()
+        self.copied: dict[tuple[str, str], Span] = {}  # placed host copies, where written
         self.buffers: list[PlacedBuffer] = []
         self.steps = 0
         self.functions: dict[str, ast.FnDef] = {}
@@ -83,6 +84,7 @@ class Checker(StreamChecker):
             else:
                 values = self.bind_params(program, params or {})
                 self.run_block(program.body)
+                self.check_host_copies()
                 self.check_uncalled_functions()
         except ProgramTooLarge as e:
             self.diagnostics.last(e.error)
@@ -269,7 +271,9 @@ class Checker(StreamChecker):
             )
             return
         name = st.name.name
-        if st.value is not None:
+        if _copies_itself(st):
+            self.eval(st.value)  # `output y = to_host(y)`: y's copy, placed here
+        elif st.value is not None:
             self.s_binding(ast.Binding(st.name, st.value, st.span))
         bound = self.scope.lookup(name)
         if bound is None:
@@ -429,6 +433,18 @@ class Checker(StreamChecker):
         finally:
             self.active_fns.pop()
             self.scope = caller
+
+
+def _copies_itself(st: ast.Output) -> bool:
+    """Whether ``st`` is ``output y = to_host(y)``: an output copied back where it stands."""
+    value = st.value
+    return (
+        isinstance(value, ast.Call)
+        and value.func.name == "to_host"
+        and len(value.args) == 1
+        and isinstance(value.args[0], ast.Name)
+        and value.args[0].id == st.name.name
+    )
 
 
 _STATEMENTS = {

@@ -14,7 +14,15 @@ import dataclasses
 
 from rtgraph.errors import CapacityError, CheckError, RtgError, Span, raise_all
 from rtgraph.frontend.values import format_number
-from rtgraph.ir.graph import CallbackNode, Node, OpNode, Tensor, TensorKind, TensorType
+from rtgraph.ir.graph import (
+    CallbackNode,
+    HostCopyNode,
+    Node,
+    OpNode,
+    Tensor,
+    TensorKind,
+    TensorType,
+)
 
 #: Bytes no tensor or buffer may reach, device or not: 256 TiB, beyond any real part.
 ADDRESS_LIMIT = 2**48
@@ -240,6 +248,8 @@ class IRBuilder:
                 )
             elif isinstance(node, CallbackNode) and node.after == old:
                 self.nodes[k] = dataclasses.replace(node, after=new)
+            elif isinstance(node, HostCopyNode) and node.tensor == old:
+                self.nodes[k] = dataclasses.replace(node, tensor=new)
         return renamed
 
     def emit(self, node: Node) -> None:

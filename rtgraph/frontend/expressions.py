@@ -21,6 +21,9 @@ from rtgraph.frontend.values import POISON, FnRef, ParamArray, Value, describe, 
 from rtgraph.ir.graph import Tensor
 from rtgraph.ops import language_op, language_ops
 
+#: The host-copy builtins (:mod:`rtgraph.frontend.copies`): names, not ops.
+HOST_COPIES = ("to_device", "to_host")
+
 #: Deepest expression nesting checked (deeper input is refused, never a RecursionError).
 MAX_DEPTH = 200
 
@@ -163,6 +166,8 @@ class ExpressionChecker(CallChecker):
     def _call(self, call: ast.Call, bind: Bind | None) -> Value:
         name = call.func.name
         bound = self.scope.lookup(name)
+        if bound is None and name in HOST_COPIES:
+            return self.host_copy(call, bind)
         if bound is not None:
             if isinstance(bound.value, FnRef):
                 return self.call_fn(bound.value.fn, call, bind)
@@ -196,6 +201,12 @@ class ExpressionChecker(CallChecker):
     def call_fn(self, fn: ast.FnDef, call: ast.Call, bind: Bind | None) -> Value:
         raise NotImplementedError  # statements are the Checker's
 
+    def host_copy(self, call: ast.Call, bind: Bind | None) -> Value:
+        raise NotImplementedError  # to_device / to_host are the CopyChecker's
+
+    def fused_block(self, expr: ast.Fused, bind: Bind | None) -> Value:
+        raise NotImplementedError  # fused { } blocks are the FusionChecker's
+
 
 _EVALUATORS = {
     ast.Name: ExpressionChecker._name,
@@ -206,4 +217,5 @@ _EVALUATORS = {
     ast.BinOp: ExpressionChecker._binop,
     ast.Call: ExpressionChecker._call,
     ast.Index: ExpressionChecker._index,
+    ast.Fused: lambda self, expr, bind: self.fused_block(expr, bind),
 }

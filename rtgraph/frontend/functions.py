@@ -51,6 +51,8 @@ def _children(node) -> tuple:
         return (*node.args, *(k.value for k in node.kwargs))
     if isinstance(node, ast.Index):
         return node.indices
+    if isinstance(node, ast.Fused):
+        return tuple(e for stmt in statements(node.body) for e in _stmt_exprs(stmt))
     return ()
 
 

@@ -11,14 +11,16 @@ rejects a wait on an event never recorded).
 from __future__ import annotations
 
 from rtgraph.errors import did_you_mean
-from rtgraph.frontend import ast
+from rtgraph.frontend import ast, consteval
 from rtgraph.frontend.calls import PRODUCED_KINDS
 from rtgraph.frontend.declarations import DeclarationChecker
-from rtgraph.frontend.values import POISON, EventRef, StreamRef, describe
+from rtgraph.frontend.values import POISON, EventArray, EventRef, StreamRef, describe
 from rtgraph.ir.graph import BarrierNode, CallbackNode, RecordNode, SyncNode, Tensor, WaitNode
 
 #: Stream priorities, as the runtime's (0 is the highest).
 PRIORITIES = range(8)
+#: The longest event array (a device has at most a few thousand event ids).
+MAX_EVENT_ARRAY = 65_536
 
 
 class StreamChecker(DeclarationChecker):
@@ -62,12 +64,77 @@ class StreamChecker(DeclarationChecker):
     def s_events(self, st: ast.EventDecl) -> None:
         if not self.at_top(st, "event"):
             return
-        for ident in st.events:
+        for item in st.events:
+            ident = item.name
+            count = self.event_count(item)
             if self.scope.lookup(ident.name) is not None:
                 self.rebound(ident)
                 continue
-            self.declare(ident, EventRef(ident.name), "event", self.globals)
-            self.events.append(ident.name)
+            if item.count is None:
+                self.declare(ident, EventRef(ident.name), "event", self.globals)
+                self.events.append(ident.name)
+            elif count is None:
+                self.declare(ident, POISON, "event", self.globals)
+            else:
+                self.declare(ident, EventArray(ident.name, count), "event", self.globals)
+                self.events.extend(f"{ident.name}[{i}]" for i in range(count))
+
+    def event_count(self, item: ast.EventItem) -> int | None:
+        """The length of ``event e[N]`` (None: a single event, or an error reported)."""
+        if item.count is None:
+            return None
+        count = self.compile_time_int(item.count, "the length of an event array")
+        if count is not None and not 0 < count <= MAX_EVENT_ARRAY:
+            self.error(
+                f"event array length {count} is not between 1 and {MAX_EVENT_ARRAY:,}",
+                item.count.span,
+            )
+            return None
+        return count
+
+    def event(self, ref: ast.EventRef) -> str | None:
+        """The IR name of the event ``ref`` names (``e`` or ``e[i]``), or None after reporting."""
+        ident = ref.name
+        bound = self.scope.lookup(ident.name)
+        if bound is None or bound.value is POISON or not isinstance(bound.value, EventArray):
+            event = self.resolve(ident, EventRef, "event", self.events)
+            if event is not None and ref.index is not None:
+                self.error(
+                    f"'{event}' is a single event, not an array",
+                    ref.index.span,
+                    hint=f"declare an array to index it: event {event}[N]",
+                )
+                return None
+            return event
+        array = bound.value
+        if ref.index is None:
+            self.error(
+                f"event array '{array.name}' needs an index",
+                ref.span,
+                hint=f"name one of its events: {array.name}[0] to {array.name}[{array.count - 1}]",
+            )
+            return None
+        index = self.eval(ref.index)
+        if index is POISON:
+            return None
+        i = consteval.as_int(index)
+        if i is None:
+            self.error(
+                f"index of event array '{array.name}' must be a compile-time integer, got "
+                f"{describe(index)}",
+                ref.index.span,
+                hint="events are resolved at compile time: index with a constant or a loop "
+                "variable (e.g. e[i % 2])",
+            )
+            return None
+        if not 0 <= i < array.count:
+            self.error(
+                f"index {i} is out of range for event array '{array.name}' of length {array.count}",
+                ref.index.span,
+                hint=f"valid indices are 0 to {array.count - 1}",
+            )
+            return None
+        return f"{array.name}[{i}]"
 
     def resolve(self, ident: ast.Ident, kind: type, word: str, known: list[str]) -> str | None:
         """The stream or event ``ident`` names, or None after reporting."""
@@ -79,7 +146,8 @@ class StreamChecker(DeclarationChecker):
         if bound.value is POISON:
             return None
         if not isinstance(bound.value, kind):
-            self.error(f"expected a {word}, not {describe(bound.value)}", ident.span)
+            article = "an" if word[0] in "aeiou" else "a"
+            self.error(f"expected {article} {word}, not {describe(bound.value)}", ident.span)
             return None
         return ident.name
 
@@ -109,14 +177,14 @@ class StreamChecker(DeclarationChecker):
         return False
 
     def s_record(self, st: ast.Record) -> None:
-        event = self.resolve(st.event, EventRef, "event", self.events)
-        if self.in_stream(st, "record", f"record {st.event.name}") and event is not None:
+        event = self.event(st.event)
+        if self.in_stream(st, "record", f"record {st.event.name.name}") and event is not None:
             self.ir.emit(RecordNode(event, self.stream or "", st.span))
             self.recorded.add(event)
 
     def s_wait(self, st: ast.Wait) -> None:
-        event = self.resolve(st.event, EventRef, "event", self.events)
-        if not self.in_stream(st, "wait", f"wait {st.event.name}") or event is None:
+        event = self.event(st.event)
+        if not self.in_stream(st, "wait", f"wait {st.event.name.name}") or event is None:
             return
         if event not in self.recorded and not self.abstract:
             self.error(
@@ -135,9 +203,15 @@ class StreamChecker(DeclarationChecker):
         if st.target is None:
             self.ir.emit(SyncNode("device", None, st.span))
             return
-        name = st.target.name
+        name = st.target.name.name
         bound = self.scope.lookup(name)
-        if bound is None:
+        if bound is not None and (
+            isinstance(bound.value, EventArray) or st.target.index is not None
+        ):
+            event = self.event(st.target)
+            if event is not None:
+                self.ir.emit(SyncNode("event", event, st.span))
+        elif bound is None:
             hint = did_you_mean(name, [*self.streams, *self.events])
             self.error(f"unknown stream or event '{name}'", st.target.span, hint)
         elif isinstance(bound.value, StreamRef):
@@ -147,7 +221,7 @@ class StreamChecker(DeclarationChecker):
         elif bound.value is not POISON:
             self.error(
                 f"sync waits for a stream or an event, not for {describe(bound.value)}",
-                st.target.span,
+                st.target.name.span,
                 hint="`sync` alone waits for the whole device",
             )
 

@@ -23,7 +23,7 @@ _WORDS = {
     "_SEP": "a line break",
     "$END": "end of file",
 }
-_EXPRESSION_START = {"NAME", "INT", "HEX", "FLOAT", "STRING", "LPAR", "LSQB", "MINUS"}
+_EXPRESSION_START = {"NAME", "INT", "HEX", "FLOAT", "STRING", "LPAR", "LSQB", "MINUS", "FUSED"}
 _STATEMENT_START = {
     "INPUT", "PARAM", "CONST", "BUFFER", "OUTPUT", "STREAM", "EVENT", "ON",
     "RECORD", "WAIT", "BARRIER", "SYNC", "CALLBACK", "FOR", "RETURN",
@@ -140,7 +140,7 @@ def _accepted(e: UnexpectedToken) -> set[str]:
 _KEYWORDS = {
     "INPUT", "PARAM", "CONST", "BUFFER", "OUTPUT", "STREAM", "EVENT", "ON", "RECORD", "WAIT",
     "BARRIER", "SYNC", "CALLBACK", "FOR", "RETURN", "DEVICE", "FN", "PROGRAM", "AFTER",
-    "BLOCKING", "IN",
+    "BLOCKING", "IN", "FUSED",
 }  # fmt: skip
 
 

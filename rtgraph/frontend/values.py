@@ -33,6 +33,14 @@ class EventRef:
 
 
 @dataclass(frozen=True)
+class EventArray:
+    """``event e[N]``: N events, named ``e[0]`` … ``e[N-1]`` in the IR."""
+
+    name: str
+    count: int
+
+
+@dataclass(frozen=True)
 class FnRef:
     fn: ast.FnDef
 
@@ -88,6 +96,8 @@ def describe(value: Value) -> str:
         return f"the stream '{value.name}'"
     if isinstance(value, EventRef):
         return f"the event '{value.name}'"
+    if isinstance(value, EventArray):
+        return f"the event array '{value.name}'"
     if isinstance(value, FnRef):
         return f"the function '{value.fn.name.name}'"
     return "an invalid value"

@@ -119,7 +119,24 @@ class CallbackNode:
     blocking: bool = False
 
 
-Node = OpNode | RecordNode | WaitNode | BarrierNode | SyncNode | CallbackNode
+@dataclass(frozen=True)
+class HostCopyNode:
+    """A host copy the program placed itself, inside ``on stream { }``.
+
+    ``h2d``: ``to_device(x)`` copies host input ``tensor`` to the device here (instead of
+    before its first use); ``d2h``: ``to_host(y)`` copies output ``tensor`` back here (instead
+    of right after its producer). Lowering makes the copy task at this point, on ``stream``
+    (the runtime's ``aclrtMemcpyAsync`` / ``cudaMemcpyAsync`` on a stream). The data is the
+    same on both sides, so the reference interpreter skips the node.
+    """
+
+    direction: Literal["h2d", "d2h"]
+    tensor: str
+    stream: str
+    span: Span | None = None
+
+
+Node = OpNode | RecordNode | WaitNode | BarrierNode | SyncNode | CallbackNode | HostCopyNode
 
 
 @dataclass

@@ -18,6 +18,7 @@ from typing import Any
 from rtgraph.ir.graph import (
     BarrierNode,
     CallbackNode,
+    HostCopyNode,
     Node,
     OpNode,
     Program,
@@ -86,6 +87,11 @@ def format_node(node: Node, program: Program) -> str:
         return f"  barrier on {node.stream}"
     if isinstance(node, SyncNode):
         return "  sync" if node.target is None else f"  sync {node.kind} {node.target}"
+    if isinstance(node, HostCopyNode):  # the copy moves the tensor; its name stays the same
+        call = "to_device" if node.direction == "h2d" else "to_host"
+        t = program.tensors.get(node.tensor)
+        typed = f" : {t.type}" if t is not None else ""
+        return f"  {call}({node.tensor}){typed} on {node.stream}"
     if isinstance(node, CallbackNode):
         return f'  callback "{node.name}" after {node.after}' + (
             " blocking" if node.blocking else ""

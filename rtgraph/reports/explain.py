@@ -166,7 +166,11 @@ def _tiling(program: Program, options: CompileOptions) -> list[str]:
             )
             continue
         same = sorted(
-            (k for k in plan.candidates if (k.length, k.axis) == (c.length, c.axis)),
+            (
+                k
+                for k in plan.candidates
+                if (k.length, k.axis, k.tiles > 1) == (c.length, c.axis, True)
+            ),
             key=lambda k: k.tiles,
         )
         options_text = ", ".join(f"K={k.tiles}: {k.predicted_us:.1f}" for k in same)

@@ -5,7 +5,7 @@ Vector work on a stream per unit.
 A *chain* is a run of movable ops, each reading the one before it as that value's only reader
 (scores → softmax → ·V → transpose → reshape → ·Wo is one). For every prefix of a chain, every
 axis of the prefix's result that :mod:`.split_axes` can carry back through every op, and every
-K dividing that axis (up to :data:`MAX_TILES`), the pass predicts the region's makespan with the
+K in :data:`TILE_COUNTS` dividing that axis, the pass predicts the region's makespan with the
 cost model — each tile's tasks on their units in the skewed order, a stream per unit, then the
 concatenation and the rest of the chain — and keeps the fastest, if it beats the untiled chain
 by :data:`MIN_GAIN`. The tiles' working set (the intermediates of the tiles in flight) must
@@ -34,8 +34,11 @@ from rtgraph.ops.cube import ROW_BLOCK
 from rtgraph.ops.layout import view_layout
 from rtgraph.timing.costmodel import block_dim_for, estimate_us
 
-#: The most tiles one chain is cut into.
-MAX_TILES = 16
+#: The tile counts tried (a tile count divides the cut axis; more tiles pay more launches).
+TILE_COUNTS = (2, 3, 4, 6, 8, 12, 16)
+#: The most ops one chain holds: a longer run of single-reader ops is cut into chains of this
+#: length, so planning costs a bounded amount per op.
+MAX_CHAIN = 12
 #: A tiling is kept only when its predicted makespan is at most this share of the untiled one.
 MIN_GAIN = 0.98
 
@@ -83,7 +86,11 @@ def chains(program: Program) -> list[tuple[OpNode, ...]]:
             continue
         assert isinstance(node, OpNode)
         chain = [node]
-        while chain[-1].output not in keep and count.get(chain[-1].output) == 1:
+        while (
+            len(chain) < MAX_CHAIN
+            and chain[-1].output not in keep
+            and count.get(chain[-1].output) == 1
+        ):
             nxt = reader.get(chain[-1].output)
             if nxt is None or not movable(nxt) or nxt.output in taken:
                 break
@@ -113,8 +120,16 @@ class _Split:
     row_blocks: bool  # some matmul is cut along its rows: tiles must be whole row blocks
 
 
-def _carry(chain: tuple[OpNode, ...], axis: int, program: Program) -> _Split | None:
+def _carry(
+    chain: tuple[OpNode, ...],
+    axis: int,
+    program: Program,
+    memo: dict[tuple[str, int], Split | None] | None = None,
+) -> _Split | None:
+    """How the ops of ``chain`` split when its last result is cut along ``axis`` (None: some op
+    cannot); ``memo`` keeps each op's answer per axis across the prefixes of one chain."""
     types = program.tensors
+    memo = {} if memo is None else memo
     n = len(chain)
     axes: list[int] = [0] * n
     operands: list[Split] = [()] * n
@@ -123,7 +138,10 @@ def _carry(chain: tuple[OpNode, ...], axis: int, program: Program) -> _Split | N
     for j in range(n - 1, -1, -1):
         node = chain[j]
         out = types[node.output].type
-        split = operand_axes(node, axes[j], [types[i].type for i in node.inputs], out)
+        key = (node.output, axes[j])
+        if key not in memo:
+            memo[key] = operand_axes(node, axes[j], [types[i].type for i in node.inputs], out)
+        split = memo[key]
         if split is None or out.shape[axes[j]] != extent:
             return None
         for name, s in zip(node.inputs, split, strict=True):
@@ -156,35 +174,6 @@ def op_duration(
     moved = cost.bytes_read + cost.bytes_written
     cores = block_dim_for(unit, cost.flops, moved, spec, None)
     return unit, estimate_us(unit, out.dtype, cost.flops, moved, cores, spec)
-
-
-class _Timeline:
-    """Tasks on a stream per unit, each after its operands' producers (a by-unit run)."""
-
-    def __init__(self, spec: DeviceSpec) -> None:
-        self.spec = spec
-        self.free: dict[str, float] = {}
-        self.done: dict[str, float] = {}
-        self.layout: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
-
-    def run(self, node: OpNode, types: list[TensorType], out: TensorType) -> None:
-        ready = max((self.done.get(i, 0.0) for i in node.inputs), default=0.0)
-        if node.op in ("transpose", "reshape", "slice"):
-            shape, strides = self.layout.get(node.inputs[0], (types[0].shape, _dense(types[0])))
-            made = view_layout(
-                shape, strides, DTYPES[out.dtype].itemsize, node.op, node.attrs, out.shape
-            )
-            if made is not None:  # a view: no task
-                self.layout[node.output] = (made[0], made[1])
-                self.done[node.output] = ready
-                return
-        unit, took = op_duration(node, types, out, self.spec)
-        start = max(ready, self.free.get(unit, 0.0))
-        self.free[unit] = self.done[node.output] = start + took
-
-    @property
-    def makespan(self) -> float:
-        return max(self.done.values(), default=0.0)
 
 
 def _dense(t: TensorType) -> tuple[int, ...]:
@@ -268,50 +257,121 @@ def _tiles(
     return nodes, made
 
 
-def _predict(
-    program: Program,
-    chain: tuple[OpNode, ...],
-    length: int,
-    split: _Split | None,
-    tiles: int,
-    spec: DeviceSpec,
-) -> float:
-    timeline = _Timeline(spec)
-    tensors = dict(program.tensors)
-    head = chain[:length]
-    if split is not None and tiles > 1:
-        nodes, made = _tiles(program, head, split, tiles)
-        tensors.update(made)
-    else:
-        nodes = list(head)
-    for node in [*nodes, *chain[length:]]:
-        timeline.run(node, [tensors[i].type for i in node.inputs], tensors[node.output].type)
-    return timeline.makespan
+class _Costs:
+    """Task durations of a chain's ops, whole and as tiles, computed once each."""
+
+    def __init__(self, program: Program, chain: tuple[OpNode, ...], spec: DeviceSpec) -> None:
+        self.program, self.chain, self.spec = program, chain, spec
+        self.cache: dict[tuple[int, int, int], tuple[str, float] | None] = {}
+        self.views = _chain_views(program, chain)
+        self.splits: dict[tuple[str, int], Split | None] = {}
+
+    def task(self, j: int, split: _Split | None, tiles: int) -> tuple[str, float] | None:
+        """Op ``j``'s unit and duration as one of ``tiles`` tiles (None: a view, no task)."""
+        node = self.chain[j]
+        if node.output in self.views:
+            return None
+        axis = split.axes[j] if split is not None and tiles > 1 else 0
+        key = (j, axis, tiles if split is not None else 1)
+        if key not in self.cache:
+            types = self.program.tensors
+            out = types[node.output].type
+            ins = [types[i].type for i in node.inputs]
+            if tiles > 1 and split is not None:
+                size = split.extent // tiles
+                out = _tiled_type(out, axis, size)
+                ins = [
+                    t if s is None else _tiled_type(t, s, size)
+                    for t, s in zip(ins, split.operands[j], strict=True)
+                ]
+                if j > 0:  # the chain operand is the previous tile
+                    prev = self.chain[j - 1].output
+                    ins = [
+                        _tiled_type(types[n].type, split.axes[j - 1], size) if n == prev else t
+                        for n, t in zip(node.inputs, ins, strict=True)
+                    ]
+                node = replace(node, attrs=_retiled_attrs(node, ins, out))
+            self.cache[key] = op_duration(node, ins, out, self.spec)
+        return self.cache[key]
 
 
-def plan_region(program: Program, chain: tuple[OpNode, ...], options: CompileOptions) -> RegionPlan:
-    """Every candidate tiling of ``chain`` with its predicted makespan, and the one to use."""
+def _chain_views(program: Program, chain: tuple[OpNode, ...]) -> set[str]:
+    """The chain's layout ops that lowering makes views (a tile of a view is a view too)."""
+    layout: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+    views = set()
+    for node in chain:
+        if node.op not in ("transpose", "reshape", "slice"):
+            continue
+        source = program.tensors[node.inputs[0]].type
+        out = program.tensors[node.output].type
+        shape, strides = layout.get(node.inputs[0], (source.shape, _dense(source)))
+        size = DTYPES[out.dtype].itemsize
+        made = view_layout(shape, strides, size, node.op, node.attrs, out.shape)
+        if made is not None:
+            layout[node.output] = (made[0], made[1])
+            views.add(node.output)
+    return views
+
+
+def _predict(costs: _Costs, length: int, split: _Split | None, tiles: int) -> float:
+    """The chain's makespan on a stream per unit: the first ``length`` ops as ``tiles`` tiles
+    in the skewed order (then joined by a copy unless written in place), the rest whole."""
+    free: dict[str, float] = {}
+    done = [[0.0] * max(tiles, 1) for _ in range(len(costs.chain))]
+
+    def run(j: int, t: int, ready: float, parts: int, cut: _Split | None) -> None:
+        task = costs.task(j, cut, parts)
+        if task is None:
+            done[j][t] = ready
+            return
+        unit, took = task
+        start = max(ready, free.get(unit, 0.0))
+        done[j][t] = free[unit] = start + took
+
+    parts = tiles if split is not None else 1
+    for step in range(parts + length - 1):
+        for j in range(length):
+            t = step - j
+            if 0 <= t < parts:
+                run(j, t, done[j - 1][t] if j else 0.0, parts, split)
+    end = max(done[length - 1][:parts])
+    if parts > 1 and costs.chain[length - 1].output in costs.views:
+        last = costs.program.tensors[costs.chain[length - 1].output].type
+        copy = estimate_us("vector", last.dtype, 0, 2 * last.nbytes, 1, costs.spec)
+        end = free["vector"] = max(end, free.get("vector", 0.0)) + copy
+    for j in range(length, len(costs.chain)):
+        run(j, 0, end, 1, None)
+        end = done[j][0]
+    return max(end, *free.values()) if free else end
+
+
+def plan_region(
+    program: Program, chain: tuple[OpNode, ...], options: CompileOptions, room: int
+) -> RegionPlan:
+    """Every candidate tiling of ``chain`` with its predicted makespan, and the one to use
+    (``room``: the device bytes the program leaves for tiles in flight)."""
     spec = options.target
-    untiled = Candidate(len(chain), 0, 1, _predict(program, chain, len(chain), None, 1, spec), 0)
+    costs = _Costs(program, chain, spec)
+    untiled = Candidate(len(chain), 0, 1, _predict(costs, len(chain), None, 1), 0)
     candidates = [untiled]
-    resident = sum(t.type.nbytes for t in program.tensors.values() if t.kind in ("param", "input"))
-    room = spec.memory.capacity - resident
+    if not _worth_cutting(costs, spec):
+        return RegionPlan(chain, (untiled,), untiled)
     for length in range(2, len(chain) + 1):
         out = program.tensors[chain[length - 1].output].type
+        inner = sum(program.tensors[n.output].type.nbytes for n in chain[:length])
         for axis in range(out.rank):
-            split = _carry(chain[:length], axis, program)
+            split = _carry(chain[:length], axis, program, costs.splits)
             if split is None:
                 continue
-            for tiles in range(2, min(MAX_TILES, split.extent) + 1):
+            for tiles in TILE_COUNTS:
                 if split.extent % tiles or (
                     split.row_blocks and (split.extent // tiles) % ROW_BLOCK
                 ):
                     continue
-                inner = sum(program.tensors[n.output].type.nbytes for n in chain[:length])
                 working = inner // tiles * min(tiles, length)
                 if working > room:
                     continue
-                took = _predict(program, chain, length, split, tiles, spec)
+                took = _predict(costs, length, split, tiles)
                 candidates.append(Candidate(length, axis, tiles, took, working))
     best = min(candidates, key=lambda c: (c.predicted_us, c.tiles))
     if best.predicted_us > MIN_GAIN * untiled.predicted_us:
@@ -319,9 +379,23 @@ def plan_region(program: Program, chain: tuple[OpNode, ...], options: CompileOpt
     return RegionPlan(chain, tuple(candidates), best)
 
 
+def _worth_cutting(costs: _Costs, spec: DeviceSpec) -> bool:
+    """Whether tiling could pay at all: overlap saves at most the smaller of the chain's Cube
+    and Vector time, and every extra tile costs at least one more launch on each unit."""
+    busy: dict[str, float] = {}
+    for j in range(len(costs.chain)):
+        task = costs.task(j, None, 1)
+        if task is not None:
+            busy[task[0]] = busy.get(task[0], 0.0) + task[1]
+    launches = spec.unit("cube").launch_us + spec.unit("vector").launch_us
+    return min(busy.get("cube", 0.0), busy.get("vector", 0.0)) > launches
+
+
 def plan_tiling(program: Program, options: CompileOptions) -> list[RegionPlan]:
     """The plan of every chain of ``program`` (what ``rtgraph explain`` prints)."""
-    return [plan_region(program, chain, options) for chain in chains(program)]
+    resident = sum(t.type.nbytes for t in program.tensors.values() if t.kind in ("param", "input"))
+    room = options.target.memory.capacity - resident
+    return [plan_region(program, chain, options, room) for chain in chains(program)]
 
 
 def tile_and_pipeline(program: Program, options: CompileOptions) -> Program:

@@ -24,9 +24,14 @@ if TYPE_CHECKING:  # for annotations only: the options module imports the passes
     from rtgraph.compiler.options import CompileOptions
 
 
-def task_ranges(graph: TaskGraph, names: tuple[str, ...]) -> list[tuple[int, int]]:
+def task_ranges(
+    graph: TaskGraph, names: tuple[str, ...], window: tuple[int, int] | None = None
+) -> list[tuple[int, int]]:
+    """The byte ranges of the storages ``names`` (only ``window`` of them, when given)."""
     assert graph.memory is not None, "plan_memory must run before"
     regions = graph.memory.regions
+    if window is not None:
+        return [(regions[n].offset + window[0], regions[n].offset + window[1]) for n in names]
     return [(regions[n].offset, regions[n].offset + regions[n].size) for n in names]
 
 
@@ -40,7 +45,9 @@ def find_hazards(graph: TaskGraph, options: CompileOptions) -> TaskGraph:
             continue
         task = graph.tasks[item]
         conflicts = tracker.access(
-            task.id, task_ranges(graph, task.reads), task_ranges(graph, task.writes)
+            task.id,
+            task_ranges(graph, task.reads),
+            task_ranges(graph, task.writes, task.window),
         )
         for c in conflicts:
             src = graph.tasks[c.src]

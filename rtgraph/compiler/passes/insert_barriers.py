@@ -384,8 +384,14 @@ def _tasks(graph: TaskGraph) -> list[Task]:
         v = graph.views[name]
         return Operand(name, regions[v.base].offset + v.offset, v.shape, v.strides, v.dtype)
 
-    def ranges(names: tuple[str, ...]) -> tuple[tuple[int, int], ...]:
-        return tuple((regions[n].offset, regions[n].offset + regions[n].size) for n in names)
+    def ranges(
+        names: tuple[str, ...], window: tuple[int, int] | None = None
+    ) -> tuple[tuple[int, int], ...]:
+        lo, hi = window if window is not None else (0, None)
+        return tuple(
+            (regions[n].offset + lo, regions[n].offset + (regions[n].size if hi is None else hi))
+            for n in names
+        )
 
     out = []
     pred = graph.dag.pred
@@ -400,7 +406,7 @@ def _tasks(graph: TaskGraph) -> list[Task]:
                 inputs=tuple(operand(n) for n in t.inputs),
                 output=operand(t.output) if t.output is not None else None,
                 reads=ranges(t.reads),
-                writes=ranges(t.writes),
+                writes=ranges(t.writes, t.window),
                 flops=t.flops,
                 bytes_read=t.bytes_read,
                 bytes_written=t.bytes_written,

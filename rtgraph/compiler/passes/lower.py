@@ -10,6 +10,7 @@ compiler, the interpreter and the emulator agree on what is a view by constructi
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -18,9 +19,11 @@ import networkx as nx
 from rtgraph.compiler.taskgraph import DagTask, HostStep, Storage, TaskGraph, View
 from rtgraph.device.spec import DeviceSpec
 from rtgraph.dtypes import DTYPES, contiguous_strides
+from rtgraph.errors import Span
 from rtgraph.ir.graph import (
     BarrierNode,
     CallbackNode,
+    HostCopyNode,
     OpNode,
     Program,
     RecordNode,
@@ -43,6 +46,8 @@ def lower(program: Program, options: CompileOptions) -> TaskGraph:
     or streams yet)."""
     device = options.target
     b = _Builder(program, device)
+    b.placed = {(n.direction, n.tensor) for n in program.nodes if isinstance(n, HostCopyNode)}
+    b.in_place = concats_in_place(program)
     for t in program.tensors.values():
         b.declare(t)
     for node in program.nodes:
@@ -56,6 +61,8 @@ def lower(program: Program, options: CompileOptions) -> TaskGraph:
             b.step(HostStep("barrier", stream=node.stream, span=node.span))
         elif isinstance(node, SyncNode):
             b.step(HostStep("sync", target=node.target, sync_kind=node.kind, span=node.span))
+        elif isinstance(node, HostCopyNode):
+            b.host_copy(node)
         elif isinstance(node, CallbackNode):
             producer = b.producer_of(node.after)
             b.step(
@@ -90,6 +97,47 @@ def layout_view(view: View, op: str, attrs: dict, out_shape: tuple[int, ...]) ->
     return View("", view.base, view.offset + offset, shape, strides, view.dtype)
 
 
+def concats_in_place(program: Program) -> dict[str, tuple[str, int]]:
+    """The parts of concatenations that can be computed straight into their slice of the
+    result — part name → (the concatenation's name, the part's byte offset in it).
+
+    A ``concat`` qualifies when every axis before the joined one has size 1 (so each part's
+    slice of the result is contiguous) and each part is a distinct value computed by an op
+    that makes a task (not a view, not a synthetic kernel, not a declared tensor) and read by
+    nothing but the concat. The optimizer's tiles meet this: they then cost no copy.
+    """
+    reads: dict[str, int] = {}
+    made_by: dict[str, OpNode] = {}
+    for node in program.nodes:
+        if isinstance(node, OpNode):
+            made_by[node.output] = node
+            for name in (*node.inputs, *node.after):
+                reads[name] = reads.get(name, 0) + 1
+        elif isinstance(node, CallbackNode):
+            reads[node.after] = reads.get(node.after, 0) + 1
+    for name in program.outputs:
+        reads[name] = reads.get(name, 0) + 1
+    found: dict[str, tuple[str, int]] = {}
+    for node in program.nodes:
+        if not isinstance(node, OpNode) or node.op != "concat" or node.stream is not None:
+            continue
+        out = program.tensors[node.output].type
+        axis = node.attrs.get("axis", 0) % out.rank
+        if math.prod(out.shape[:axis]) != 1 or len(set(node.inputs)) != len(node.inputs):
+            continue
+        parts = [made_by.get(name) for name in node.inputs]
+        if any(
+            p is None or p.op in VIEW_OPS or p.op == "kernel" or reads.get(p.output) != 1
+            for p in parts
+        ):
+            continue
+        offset = 0
+        for name in node.inputs:
+            found[name] = (node.output, offset)
+            offset += program.tensors[name].type.nbytes
+    return found
+
+
 @dataclass
 class _Builder:
     program: Program
@@ -100,6 +148,8 @@ class _Builder:
     script: list[int | HostStep] = field(default_factory=list)
     dag: nx.DiGraph = field(default_factory=nx.DiGraph)
     producer: dict[str, int] = field(default_factory=dict)
+    placed: set[tuple[str, str]] = field(default_factory=set)  # copies the program placed
+    in_place: dict[str, tuple[str, int]] = field(default_factory=dict)  # see concats_in_place
 
     # --- storages and views --------------------------------------------------------------
     def storage(self, t: Tensor, kind: str) -> None:
@@ -123,25 +173,56 @@ class _Builder:
             self.storage(t, t.kind)
         elif t.kind == "input":
             self.storage(t, "input")
-            task = self.add(
-                DagTask(
-                    id=len(self.tasks),
-                    name=t.label,
-                    op="h2d",
-                    unit="dma",
-                    inputs=(),
-                    output=t.name,
-                    reads=(),
-                    writes=(t.name,),
-                    bytes_read=t.type.nbytes,
-                    bytes_written=t.type.nbytes,
-                    dtype=t.type.dtype,
-                    host=t.name,
-                    span=t.span,
-                    attrs={"pinned": t.pinned},
-                )
-            )
-            self.producer[t.name] = task
+            if ("h2d", t.name) not in self.placed:
+                self.producer[t.name] = self.add(self.h2d_task(t, None, t.span))
+
+    def h2d_task(self, t: Tensor, stream: str | None, span: Span | None) -> DagTask:
+        """The copy of host input ``t`` to the device (on ``stream`` if the program placed it)."""
+        return DagTask(
+            id=len(self.tasks),
+            name=t.label,
+            op="h2d",
+            unit="dma",
+            inputs=(),
+            output=t.name,
+            reads=(),
+            writes=(t.name,),
+            bytes_read=t.type.nbytes,
+            bytes_written=t.type.nbytes,
+            dtype=t.type.dtype,
+            host=t.name,
+            span=span,
+            attrs={"pinned": t.pinned},
+            stream=stream,
+        )
+
+    def d2h_task(self, name: str, stream: str | None, span: Span | None) -> DagTask:
+        """The copy of output ``name`` back to the host (on ``stream`` if the program placed it)."""
+        t = self.program.tensors[name]
+        return DagTask(
+            id=len(self.tasks),
+            name=t.label,
+            op="d2h",
+            unit="dma",
+            inputs=(name,),
+            output=None,
+            reads=(self.base_of(name),),
+            writes=(),
+            bytes_read=t.type.nbytes,
+            bytes_written=t.type.nbytes,
+            dtype=t.type.dtype,
+            host=name,
+            span=span,
+            stream=stream,
+        )
+
+    def host_copy(self, node: HostCopyNode) -> None:
+        """A copy the program placed: its task here, in program order, on the node's stream."""
+        if node.direction == "h2d":
+            t = self.program.tensors[node.tensor]
+            self.producer[t.name] = self.add(self.h2d_task(t, node.stream, node.span))
+        else:
+            self.add(self.d2h_task(node.tensor, node.stream, node.span))
 
     def base_of(self, name: str) -> str:
         return self.views[name].base
@@ -185,6 +266,8 @@ class _Builder:
                     node.output, view.base, view.offset, view.shape, view.strides, view.dtype
                 )
                 return
+        if node.op == "concat" and node.inputs and node.inputs[0] in self.in_place:
+            return  # its parts were written into its storage: nothing left to copy
         in_types = [self.program.tensors[n].type for n in node.inputs]
         cost = opdef.cost(in_types, t_out.type, node.attrs)
         unit = opdef.unit_for(node.attrs)
@@ -192,7 +275,7 @@ class _Builder:
         block_dim = block_dim_for(
             unit, cost.flops, cost.bytes_read + cost.bytes_written, self.device, requested
         )
-        self.storage(t_out, "value")
+        window = self.output_storage(t_out)
         reads = tuple(dict.fromkeys(self.base_of(n) for n in node.inputs))
         task = self.add(
             DagTask(
@@ -203,7 +286,8 @@ class _Builder:
                 inputs=node.inputs,
                 output=node.output,
                 reads=reads,
-                writes=(node.output,),
+                writes=(self.base_of(node.output),),
+                window=window,
                 flops=cost.flops,
                 bytes_read=cost.bytes_read,
                 bytes_written=cost.bytes_written,
@@ -215,7 +299,21 @@ class _Builder:
             ),
             after=node.after,
         )
-        self.producer[node.output] = task
+        self.producer[self.base_of(node.output)] = task
+
+    def output_storage(self, t: Tensor) -> tuple[int, int] | None:
+        """Give ``t`` its storage: its own, or — a part of a concatenation made in place — its
+        slice of the concatenation's (returned as the byte window the task writes)."""
+        whole, offset = self.in_place.get(t.name, (None, 0))
+        if whole is None:
+            self.storage(t, "value")
+            return None
+        if whole not in self.storages:
+            self.storage(self.program.tensors[whole], "value")
+        itemsize = DTYPES[t.type.dtype].itemsize
+        strides = contiguous_strides(t.type.shape, itemsize)
+        self.views[t.name] = View(t.name, whole, offset, t.type.shape, strides, t.type.dtype)
+        return offset, offset + t.type.nbytes
 
     def kernel(self, node: OpNode, t_out: Tensor) -> None:
         attrs = dict(node.attrs)
@@ -248,23 +346,9 @@ class _Builder:
         """A ``d2h`` copy per output, placed right after the task that produces it."""
         placed: dict[int | None, list[int]] = {}
         for name in self.program.outputs:
-            t = self.program.tensors[name]
-            base = self.base_of(name)
-            task = DagTask(
-                id=len(self.tasks),
-                name=t.label,
-                op="d2h",
-                unit="dma",
-                inputs=(name,),
-                output=None,
-                reads=(base,),
-                writes=(),
-                bytes_read=t.type.nbytes,
-                bytes_written=t.type.nbytes,
-                dtype=t.type.dtype,
-                host=name,
-                span=t.span,
-            )
+            if ("d2h", name) in self.placed:
+                continue
+            task = self.d2h_task(name, None, self.program.tensors[name].span)
             self.tasks.append(task)
             self.dag.add_node(task.id)
             src = self.producer_of(name)
