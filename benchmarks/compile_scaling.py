@@ -40,15 +40,18 @@ OPS_PER_STEP = 3  # matmul, add, relu
 LINEAR_ENOUGH = 13.0  # 10k → 100k growth above this is reported as super-linear
 
 
-def program_text(tasks: int) -> str:
-    """A program of about ``tasks`` tasks: CHAINS independent chains, unrolled by a loop."""
-    steps = max(1, tasks // (CHAINS * OPS_PER_STEP))
+def program_text(
+    tasks: int, step: str = "relu({h} @ w + b)", ops_per_step: int = OPS_PER_STEP
+) -> str:
+    """A program of about ``tasks`` tasks: CHAINS independent chains, unrolled by a loop, each
+    iteration ``h = step`` (``{h}`` stands for the chain's value) of ``ops_per_step`` ops."""
+    steps = max(1, tasks // (CHAINS * ops_per_step))
     lines = ['device "ascend-910b"', f"program scale(N = {steps}) {{"]
     lines += ["    param w : f16[64, 64]", "    param b : f16[64]"]
     lines += [f"    input x{c} : f16[64, 64]" for c in range(CHAINS)]
     lines += [f"    h{c} = x{c}" for c in range(CHAINS)]
     lines.append("    for i in 0..N {")
-    lines += [f"        h{c} = relu(h{c} @ w + b)" for c in range(CHAINS)]
+    lines += [f"        h{c} = {step.format(h=f'h{c}')}" for c in range(CHAINS)]
     lines.append("    }")
     lines += [f"    output y{c} = h{c}" for c in range(CHAINS)]
     lines.append("}")

@@ -29,23 +29,16 @@ from rtgraph.bench import machine_note  # noqa: E402
 from rtgraph.compiler import CompileOptions, compile_program  # noqa: E402
 from rtgraph.compiler.optimizer.pipeline import optimize  # noqa: E402
 
-CHAINS = 8
-OPS_PER_STEP = 4  # matmul, add, relu, softmax
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from compile_scaling import program_text as chains_text  # noqa: E402
+
+#: Each iteration of each chain: a matmul, the bias add, ReLU and softmax.
+STEP = "softmax(relu({h} @ w + b), axis = -1)"
 
 
 def program_text(tasks: int) -> str:
-    """About ``tasks`` tasks at -O0: CHAINS independent chains, unrolled by a loop."""
-    steps = max(1, tasks // (CHAINS * OPS_PER_STEP))
-    lines = ['device "ascend-910b"', f"program scale(N = {steps}) {{"]
-    lines += ["    param w : f16[64, 64]", "    param b : f16[64]"]
-    lines += [f"    input x{c} : f16[64, 64]" for c in range(CHAINS)]
-    lines += [f"    h{c} = x{c}" for c in range(CHAINS)]
-    lines.append("    for i in 0..N {")
-    lines += [f"        h{c} = softmax(relu(h{c} @ w + b), axis = -1)" for c in range(CHAINS)]
-    lines.append("    }")
-    lines += [f"    output y{c} = h{c}" for c in range(CHAINS)]
-    lines.append("}")
-    return "\n".join(lines)
+    """About ``tasks`` tasks at -O0: compile_scaling's chains with a softmax in every step."""
+    return chains_text(tasks, STEP, ops_per_step=4)
 
 
 def cpu(fn) -> tuple[float, object]:

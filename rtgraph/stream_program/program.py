@@ -30,7 +30,7 @@ from typing import Any, Literal
 
 from rtgraph.dtypes import DTYPES
 from rtgraph.errors import Source, Span, StreamProgramError
-from rtgraph.stream_program.references import check_references
+from rtgraph.stream_program.references import check_references, tuplify
 from rtgraph.stream_program.schema import (
     MAX_JSON_DEPTH,
     MAX_PROGRAM_JSON_BYTES,
@@ -353,15 +353,6 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
-def _tuplify(v: Any) -> Any:
-    """JSON lists back to the tuples the compiler uses in attrs."""
-    if isinstance(v, list):
-        return tuple(_tuplify(x) for x in v)
-    if isinstance(v, dict):
-        return {k: _tuplify(x) for k, x in v.items()}
-    return v
-
-
 def to_dict(p: StreamProgram) -> dict[str, Any]:
     tasks = []
     for t in p.tasks:
@@ -512,7 +503,7 @@ def _task_from(t: dict[str, Any], source: Source | None) -> Task:
         bytes_read=int(t["bytes_read"]),
         bytes_written=int(t["bytes_written"]),
         block_dim=int(t["block_dim"]),
-        attrs=_tuplify(t["attrs"]),
+        attrs=tuplify(t["attrs"]),
         duration_us=t["duration_us"],
         host=t["host"],
         deps=tuple(int(d) for d in t["deps"]),

@@ -190,7 +190,7 @@ def _op(t: Mapping[str, Any], path: str) -> None:
     """A registry op's task: its unit, and its output as the op's rule infers it."""
     op = lookup(t["op"])
     assert op is not None
-    attrs = _tuplify(t["attrs"])
+    attrs = tuplify(t["attrs"])
     try:
         unit = op.unit_for(attrs)
         if t["output"] is None:
@@ -215,12 +215,12 @@ def _op(t: Mapping[str, Any], path: str) -> None:
         )
 
 
-def _tuplify(v: Any) -> Any:
-    """JSON lists back to the tuples the ops' rules expect in attrs."""
+def tuplify(v: Any) -> Any:
+    """JSON lists back to the tuples the ops' rules (and the compiler) expect in attrs."""
     if isinstance(v, list):
-        return tuple(_tuplify(x) for x in v)
+        return tuple(tuplify(x) for x in v)
     if isinstance(v, dict):
-        return {k: _tuplify(x) for k, x in v.items()}
+        return {k: tuplify(x) for k, x in v.items()}
     return v
 
 

@@ -7,17 +7,10 @@ are equal); a pinned tensor (an output, an ``after=`` target, …) keeps its own
 
 from __future__ import annotations
 
-from typing import Any
-
 from rtgraph.compiler.optimizer.rewrite import movable, pinned, rebuilt, renamed
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.ir.graph import Node, OpNode, Program
-
-
-def _frozen(value: Any) -> Any:
-    if isinstance(value, list | tuple):
-        return tuple(_frozen(v) for v in value)
-    return value
+from rtgraph.ops.fused import body_attrs
 
 
 def eliminate_common_subexpressions(program: Program, options: CompileOptions) -> Program:
@@ -29,7 +22,7 @@ def eliminate_common_subexpressions(program: Program, options: CompileOptions) -
     for node in program.nodes:
         node = renamed(node, to)
         if isinstance(node, OpNode) and movable(node):
-            key = (node.op, node.inputs, tuple((k, _frozen(v)) for k, v in node.attrs.items()))
+            key = (node.op, node.inputs, body_attrs(node.attrs))
             first = seen.get(key)
             if first is not None and node.output not in keep:
                 to[node.output] = first

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rtgraph.compiler.optimizer.rewrite import movable, pinned, rebuilt, uses
+from rtgraph.compiler.optimizer.rewrite import fused_body, movable, pinned, rebuilt, uses
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.ir.graph import Node, OpNode, Program
 from rtgraph.ops import lookup
-from rtgraph.ops.fused import MAX_STEPS, body_attrs
+from rtgraph.ops.fused import MAX_STEPS
 
 
 @dataclass
@@ -94,21 +94,13 @@ def fuse_elementwise(program: Program, options: CompileOptions) -> Program:
 
 
 def _fused(group: _Group, fast_math: bool, program: Program) -> OpNode:
-    """One ``fused`` op computing ``group``: its external inputs, then a step per op."""
-    inside = {n.output for n in group.nodes}
-    inputs = list(dict.fromkeys(i for n in group.nodes for i in n.inputs if i not in inside))
-    index = {name: k for k, name in enumerate(inputs)}
-    body = []
-    for k, node in enumerate(group.nodes):
-        out = program.tensors[node.output].type
-        args = tuple(index[i] for i in node.inputs)
-        body.append((node.op, args, body_attrs(node.attrs), out.dtype, tuple(out.shape)))
-        index[node.output] = len(inputs) + k
+    """One ``fused`` op computing ``group``."""
+    inputs, body = fused_body(group.nodes, program)
     root = group.root
     return OpNode(
         op="fused",
-        inputs=tuple(inputs),
+        inputs=inputs,
         output=root.output,
-        attrs={"body": tuple(body), "fast_math": fast_math},
+        attrs={"body": body, "fast_math": fast_math},
         span=root.span,
     )

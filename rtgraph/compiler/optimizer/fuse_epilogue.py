@@ -22,10 +22,17 @@ epilogue's inputs are ready at its Cube op.
 
 from __future__ import annotations
 
-from rtgraph.compiler.optimizer.rewrite import movable, pinned, rebuilt, uses
+from rtgraph.compiler.optimizer.rewrite import (
+    fused_body,
+    movable,
+    pinned,
+    readers,
+    rebuilt,
+    uses,
+)
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.ir.graph import Node, OpNode, Program
-from rtgraph.ops.fused import ACTIVATIONS, CHANNEL_AXIS, body_attrs, epilogue_kind
+from rtgraph.ops.fused import ACTIVATIONS, CHANNEL_AXIS, epilogue_kind
 
 
 def fuse_epilogue(program: Program, options: CompileOptions) -> Program:
@@ -34,12 +41,7 @@ def fuse_epilogue(program: Program, options: CompileOptions) -> Program:
     allowed = set(options.target.unit("cube").epilogues)
     if not allowed:
         return program
-    keep, count = pinned(program), uses(program)
-    reader: dict[str, OpNode] = {}  # a tensor -> an op reading it (the only one, where it counts)
-    for node in program.nodes:
-        if isinstance(node, OpNode):
-            for name in node.inputs:
-                reader[name] = node
+    keep, count, reader = pinned(program), uses(program), readers(program)
     taken: set[int] = set()  # ids of the nodes already in a chain
     chains = []
     for node in program.nodes:
@@ -103,21 +105,12 @@ def _rewritten(program: Program, chains: list[list[OpNode]], fast_math: bool) ->
 
 
 def _fused(chain: list[OpNode], fast_math: bool, program: Program) -> OpNode:
-    """One Cube ``fused`` op computing ``chain``: its external inputs, then a step per op (the
-    head's ``block_dim``, if its author gave one, is the fused task's)."""
-    inside = {n.output for n in chain}
-    inputs = list(dict.fromkeys(i for n in chain for i in n.inputs if i not in inside))
-    index = {name: k for k, name in enumerate(inputs)}
-    body = []
-    for k, node in enumerate(chain):
-        out = program.tensors[node.output].type
-        attrs = {a: v for a, v in node.attrs.items() if a != "block_dim"}
-        args = tuple(index[i] for i in node.inputs)
-        body.append((node.op, args, body_attrs(attrs), out.dtype, tuple(out.shape)))
-        index[node.output] = len(inputs) + k
-    attrs = {"body": tuple(body), "fast_math": fast_math, "unit": "cube"}
+    """One Cube ``fused`` op computing ``chain`` (the head's ``block_dim``, if its author gave
+    one, is the fused task's)."""
+    inputs, body = fused_body(chain, program)
+    attrs = {"body": body, "fast_math": fast_math, "unit": "cube"}
     if "block_dim" in chain[0].attrs:
         attrs["block_dim"] = chain[0].attrs["block_dim"]
     return OpNode(
-        op="fused", inputs=tuple(inputs), output=chain[-1].output, attrs=attrs, span=chain[-1].span
+        op="fused", inputs=inputs, output=chain[-1].output, attrs=attrs, span=chain[-1].span
     )

@@ -19,34 +19,12 @@ from __future__ import annotations
 import heapq
 from dataclasses import replace
 
-from rtgraph.compiler.optimizer.rewrite import movable
+from rtgraph.compiler.optimizer.rewrite import movable, view_outputs
 from rtgraph.compiler.optimizer.tile_and_pipeline import op_duration
 from rtgraph.compiler.options import CompileOptions
-from rtgraph.dtypes import DTYPES, TensorType, contiguous_strides
 from rtgraph.ir.graph import OpNode, Program
 from rtgraph.ops import lookup
-from rtgraph.ops.layout import VIEW_OPS, view_layout
 from rtgraph.timing.costmodel import estimate_us
-
-
-def _views(program: Program) -> set[str]:
-    """The outputs of layout ops that lowering will make views (no task)."""
-    layout: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
-    views = set()
-    for node in program.nodes:
-        assert isinstance(node, OpNode)
-        if node.op not in VIEW_OPS:
-            continue
-        source = program.tensors[node.inputs[0]].type
-        out = program.tensors[node.output].type
-        shape, strides = layout.get(node.inputs[0], (source.shape, _dense(source)))
-        made = view_layout(
-            shape, strides, DTYPES[out.dtype].itemsize, node.op, node.attrs, out.shape
-        )
-        if made is not None:
-            layout[node.output] = (made[0], made[1])
-            views.add(node.output)
-    return views
 
 
 def _arrivals(program: Program, options: CompileOptions) -> dict[str, float]:
@@ -66,10 +44,6 @@ def _arrivals(program: Program, options: CompileOptions) -> dict[str, float]:
     return arrival
 
 
-def _dense(t: TensorType) -> tuple[int, ...]:
-    return contiguous_strides(t.shape, DTYPES[t.dtype].itemsize)
-
-
 def order_for_overlap(program: Program, options: CompileOptions) -> Program:
     """``program`` with its ops in the order a list schedule on the units starts them."""
     nodes = program.nodes
@@ -85,7 +59,7 @@ def order_for_overlap(program: Program, options: CompileOptions) -> Program:
             if name in producer:
                 readers[producer[name]].append(k)
                 missing[k] += 1
-    views = _views(program)
+    views = view_outputs(program, nodes)  # type: ignore[arg-type]
     arrival = _arrivals(program, options)
     ready_at = [
         max((arrival.get(i, 0.0) for i in n.inputs), default=0.0)  # type: ignore[union-attr]

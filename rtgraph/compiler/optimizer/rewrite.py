@@ -10,8 +10,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
+from typing import Any
 
+from rtgraph.dtypes import DTYPES, contiguous_strides
 from rtgraph.ir.graph import CallbackNode, Node, OpNode, Program
+from rtgraph.ops.fused import body_attrs
+from rtgraph.ops.layout import VIEW_OPS, view_layout
 
 
 def uses(program: Program) -> dict[str, int]:
@@ -75,3 +79,52 @@ def rebuilt(program: Program, nodes: list[Node], dropped: Iterable[str] = ()) ->
     gone = set(dropped)
     tensors = {k: t for k, t in program.tensors.items() if k not in gone}
     return replace(program, nodes=nodes, tensors=tensors)
+
+
+def readers(program: Program) -> dict[str, OpNode]:
+    """An op reading each tensor (the last in program order) — the reader, where
+    :func:`uses` says it has only one."""
+    found: dict[str, OpNode] = {}
+    for node in program.nodes:
+        if isinstance(node, OpNode):
+            for name in node.inputs:
+                found[name] = node
+    return found
+
+
+def fused_body(nodes: Iterable[OpNode], program: Program) -> tuple[tuple[str, ...], tuple]:
+    """The inputs and the ``body`` of one ``fused`` op computing ``nodes`` (in order): the
+    tensors they read from outside, then a step per op (see :mod:`rtgraph.ops.fused`); a
+    ``block_dim`` request is the task's, not a step's."""
+    nodes = list(nodes)
+    inside = {n.output for n in nodes}
+    inputs = tuple(dict.fromkeys(i for n in nodes for i in n.inputs if i not in inside))
+    index = {name: k for k, name in enumerate(inputs)}
+    body: list[Any] = []
+    for k, node in enumerate(nodes):
+        out = program.tensors[node.output].type
+        attrs = {a: v for a, v in node.attrs.items() if a != "block_dim"}
+        args = tuple(index[i] for i in node.inputs)
+        body.append((node.op, args, body_attrs(attrs), out.dtype, tuple(out.shape)))
+        index[node.output] = len(inputs) + k
+    return inputs, tuple(body)
+
+
+def view_outputs(program: Program, nodes: Iterable[OpNode]) -> set[str]:
+    """The outputs of those ``nodes`` that lowering will make views of their operand (no
+    task): layout ops whose strides NumPy can express, followed through chains of them."""
+    layout: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+    views = set()
+    for node in nodes:
+        if node.op not in VIEW_OPS:
+            continue
+        source = program.tensors[node.inputs[0]].type
+        out = program.tensors[node.output].type
+        dense = contiguous_strides(source.shape, DTYPES[source.dtype].itemsize)
+        shape, strides = layout.get(node.inputs[0], (source.shape, dense))
+        size = DTYPES[out.dtype].itemsize
+        made = view_layout(shape, strides, size, node.op, node.attrs, out.shape)
+        if made is not None:
+            layout[node.output] = (made[0], made[1])
+            views.add(node.output)
+    return views

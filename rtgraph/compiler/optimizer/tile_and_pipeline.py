@@ -23,15 +23,21 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from rtgraph.compiler.optimizer.rewrite import movable, pinned, rebuilt, uses
+from rtgraph.compiler.optimizer.rewrite import (
+    movable,
+    pinned,
+    readers,
+    rebuilt,
+    uses,
+    view_outputs,
+)
 from rtgraph.compiler.optimizer.split_axes import Split, needs_row_blocks, operand_axes
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.device.spec import DeviceSpec
-from rtgraph.dtypes import DTYPES, TensorType, contiguous_strides
+from rtgraph.dtypes import TensorType
 from rtgraph.ir.graph import Node, OpNode, Program, Tensor
 from rtgraph.ops import lookup
 from rtgraph.ops.cube import ROW_BLOCK
-from rtgraph.ops.layout import view_layout
 from rtgraph.timing.costmodel import block_dim_for, estimate_us
 
 #: The tile counts tried (a tile count divides the cut axis; more tiles pay more launches).
@@ -73,12 +79,7 @@ def _on_cube(node: OpNode) -> bool:
 
 def chains(program: Program) -> list[tuple[OpNode, ...]]:
     """The maximal chains that start with a Cube op and hold a Vector op, in program order."""
-    keep, count = pinned(program), uses(program)
-    reader: dict[str, OpNode] = {}
-    for node in program.nodes:
-        if isinstance(node, OpNode):
-            for name in node.inputs:
-                reader[name] = node
+    keep, count, reader = pinned(program), uses(program), readers(program)
     taken: set[str] = set()
     found = []
     for node in program.nodes:
@@ -176,10 +177,6 @@ def op_duration(
     return unit, estimate_us(unit, out.dtype, cost.flops, moved, cores, spec)
 
 
-def _dense(t: TensorType) -> tuple[int, ...]:
-    return contiguous_strides(t.shape, DTYPES[t.dtype].itemsize)
-
-
 # --- the rewrite ---------------------------------------------------------------------------
 
 
@@ -263,7 +260,7 @@ class _Costs:
     def __init__(self, program: Program, chain: tuple[OpNode, ...], spec: DeviceSpec) -> None:
         self.program, self.chain, self.spec = program, chain, spec
         self.cache: dict[tuple[int, int, int], tuple[str, float] | None] = {}
-        self.views = _chain_views(program, chain)
+        self.views = view_outputs(program, chain)
         self.splits: dict[tuple[str, int], Split | None] = {}
 
     def task(self, j: int, split: _Split | None, tiles: int) -> tuple[str, float] | None:
@@ -293,24 +290,6 @@ class _Costs:
                 node = replace(node, attrs=_retiled_attrs(node, ins, out))
             self.cache[key] = op_duration(node, ins, out, self.spec)
         return self.cache[key]
-
-
-def _chain_views(program: Program, chain: tuple[OpNode, ...]) -> set[str]:
-    """The chain's layout ops that lowering makes views (a tile of a view is a view too)."""
-    layout: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
-    views = set()
-    for node in chain:
-        if node.op not in ("transpose", "reshape", "slice"):
-            continue
-        source = program.tensors[node.inputs[0]].type
-        out = program.tensors[node.output].type
-        shape, strides = layout.get(node.inputs[0], (source.shape, _dense(source)))
-        size = DTYPES[out.dtype].itemsize
-        made = view_layout(shape, strides, size, node.op, node.attrs, out.shape)
-        if made is not None:
-            layout[node.output] = (made[0], made[1])
-            views.add(node.output)
-    return views
 
 
 def _predict(costs: _Costs, length: int, split: _Split | None, tiles: int) -> float:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 
 import networkx as nx
 
+from rtgraph.compiler.optimizer.rewrite import uses
 from rtgraph.compiler.taskgraph import DagTask, HostStep, Storage, TaskGraph, View
 from rtgraph.device.spec import DeviceSpec
 from rtgraph.dtypes import DTYPES, contiguous_strides
@@ -106,17 +107,8 @@ def concats_in_place(program: Program) -> dict[str, tuple[str, int]]:
     that makes a task (not a view, not a synthetic kernel, not a declared tensor) and read by
     nothing but the concat. The optimizer's tiles meet this: they then cost no copy.
     """
-    reads: dict[str, int] = {}
-    made_by: dict[str, OpNode] = {}
-    for node in program.nodes:
-        if isinstance(node, OpNode):
-            made_by[node.output] = node
-            for name in (*node.inputs, *node.after):
-                reads[name] = reads.get(name, 0) + 1
-        elif isinstance(node, CallbackNode):
-            reads[node.after] = reads.get(node.after, 0) + 1
-    for name in program.outputs:
-        reads[name] = reads.get(name, 0) + 1
+    reads = uses(program)
+    made_by = {n.output: n for n in program.nodes if isinstance(n, OpNode)}
     found: dict[str, tuple[str, int]] = {}
     for node in program.nodes:
         if not isinstance(node, OpNode) or node.op != "concat" or node.stream is not None:
