@@ -385,7 +385,12 @@ _FUSIBLE = (
             "valid indices are 0 to 1",
         ),
         ("on s1 { record x }", 20, "expected an event, not the input 'x' (f32[4, 4])", None),
-        ("on s1 { xd = to_device(x, pinned = 1) }", 31, "to_device takes no attributes", None),
+        (
+            "on s1 { xd = to_device(x, pinned = 1) }",
+            31,
+            "unknown attribute 'pinned' for to_device",
+            "to_device takes one attribute, rows = [a, b]",
+        ),
         ("on s1 { xd = to_device(x, x) }", 18, "to_device takes 1 tensor argument, got 2", None),
         (
             "on s1 { wd = to_device(w) }",

@@ -261,3 +261,40 @@ def test_double_buffer_is_race_free_and_overlaps_copies_with_compute() -> None:
     copies = [spans[t.id] for t in compiled.tasks if t.op == "h2d"]
     compute = [spans[t.id] for t in compiled.tasks if t.unit in ("cube", "vector")]
     assert any(a < d and c < b for a, b in copies[1:] for c, d in compute)
+
+
+@pytest.mark.parametrize(
+    "model",
+    [
+        "attention_naive",
+        "transformer_naive",
+        "transformer_block",
+    ],
+)
+def test_the_optimizers_copies_in_parts_print_as_parts(model: str) -> None:
+    """At their own sizes -O2 copies these models' inputs (or outputs) in row parts, on streams
+    it chose: the source says ``to_device(x, rows = [a, b])`` and ``to_host(part)``, with the
+    output's ``concat`` as its ``output`` statement, and recompiles to the same program and
+    timeline (the numbers are checked on one model: the others cost seconds each)."""
+    program = rtgraph.load(MODELS / f"{model}.rtg", device=DEVICE)
+    compiled, text, recompiled = _round_trip(program, "by-unit", 2)
+    parts = [t for t in compiled.tasks if "rows" in t.attrs]
+    if not parts:
+        pytest.skip(f"-O2 copies no part of {model} at its own size")
+    for task in parts:
+        a, b = task.attrs["rows"]
+        if task.op == "h2d":
+            assert f"to_device({task.host}, rows = [{a}, {b}])" in text
+        else:
+            assert f"output {task.host} = concat(" in text
+            assert f"output {task.host} = to_host(" not in text
+    assert recompiled.meta["barriers"]["waits"] == 0, text
+    assert _streams(recompiled) == _streams(compiled), text
+    assert _memory_but_constants(recompiled) == _memory_but_constants(compiled)
+    if _batched_waits_in_program_order(compiled):
+        assert _submission(recompiled) == _submission(compiled), text
+        before = rtgraph.run(compiled, device=DEVICE, numerics=False)
+        after = rtgraph.run(recompiled, device=DEVICE, numerics=False)
+        assert after.makespan_us == before.makespan_us
+    if model == "attention_naive":
+        _assert_same_numbers(program, recompiled)

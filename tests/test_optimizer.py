@@ -22,6 +22,7 @@ from rtgraph.cli import main
 from rtgraph.compiler import CompileOptions, compile_program
 from rtgraph.compiler.optimizer.levels import LEVELS, PASSES
 from rtgraph.compiler.optimizer.pipeline import optimized_ir
+from rtgraph.compiler.optimizer.tile_and_pipeline import plan_tiling
 from rtgraph.device import load_device
 from rtgraph.emulator import run
 from rtgraph.errors import StreamProgramError
@@ -252,9 +253,10 @@ def test_tiles_write_their_slices_of_the_result_in_place():
     options = CompileOptions(opt_level=2, streams="by-unit")
     compiled = rtgraph.compile(program, device="ascend-910b", options=options)
     assert "concat" not in [t.op for t in compiled.tasks]  # no copy joins the tiles
-    tiles = [t for t in compiled.tasks if t.name.startswith("o[")]
+    tiles = [t for t in compiled.tasks if t.name.startswith("o[") and t.op != "d2h"]
     windows = sorted(w for t in tiles for w in t.writes)
-    assert len(tiles) == 3
+    (plan,) = plan_tiling(program, CompileOptions(opt_level=2).for_device(ASCEND))
+    assert len(tiles) == plan.chosen.tiles > 1
     assert all(a[1] == b[0] for a, b in pairwise(windows))  # adjacent
     region = compiled.memory.regions["o"]
     assert (windows[0][0], windows[-1][1]) == (region.offset, region.offset + region.size)

@@ -25,7 +25,7 @@ import networkx as nx
 from rtgraph.device.spec import DeviceSpec
 from rtgraph.errors import Span
 from rtgraph.ir.graph import Program
-from rtgraph.stream_program.program import MemoryPlan, StreamInfo
+from rtgraph.stream_program.program import MemoryPlan, Operand, StreamInfo
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,10 @@ class View:
     strides: tuple[int, ...]
     dtype: str
 
+    def extent(self) -> tuple[int, int]:
+        """The bytes ``[lo, hi)`` of the storage this view can touch (its strided hull)."""
+        return Operand(self.name, self.offset, self.shape, self.strides, self.dtype).extent
+
 
 @dataclass(frozen=True)
 class DagTask:
@@ -65,7 +69,9 @@ class DagTask:
     ``window`` is the byte range ``[lo, hi)`` of its one written storage that it writes, when
     that is only part of it (a tile writing its slice of a concatenation's result in place);
     None: the whole storage. Hazards are judged on that range, so tiles writing disjoint slices
-    do not order each other.
+    do not order each other. ``read_windows`` is the same for ``reads``, one entry per storage
+    (the hull of the views the task reads it through; None or an empty tuple: all of it) — a
+    tile reading its rows of an input copied in parts waits only for the part holding them.
     """
 
     id: int
@@ -87,6 +93,12 @@ class DagTask:
     stream: str | None = None
     span: Span | None = None
     window: tuple[int, int] | None = None
+    read_windows: tuple[tuple[int, int] | None, ...] = ()
+
+    def read_ranges(self) -> tuple[tuple[str, tuple[int, int] | None], ...]:
+        """Each storage read, with the window of it read (None: all of it)."""
+        windows = self.read_windows or (None,) * len(self.reads)
+        return tuple(zip(self.reads, windows, strict=True))
 
 
 @dataclass(frozen=True)

@@ -135,6 +135,7 @@ class Numerics:
         values = host_values(program, inputs, params, seed, fill_missing=fill_missing)
         self._load_resident(program, values)
         self._host = {h.name: values[h.name] for h in program.host_tensors if h.role == "input"}
+        self._shapes = {h.name: tuple(h.shape) for h in program.host_tensors}
         self._plans = [self._plan(t) for t in program.tasks]
         self._pending: list[Any] = [None] * len(program.tasks)
         self.nonfinite: dict[int, int] = {}  # task id -> count of non-finite output elements
@@ -162,15 +163,19 @@ class Numerics:
                     f"h2d task {task.id} '{task.name}' copies host tensor {task.host!r}, "
                     "which is not an input of the program"
                 )
-            storage = to_storage(self._host[task.host], task.output.dtype).reshape(
-                task.output.shape
-            )
+            host = self._host[task.host]
+            rows = task.attrs.get("rows")
+            if rows is not None:  # one part of an input copied in parts
+                host = host[rows[0] : rows[1]]
+            storage = to_storage(host, task.output.dtype).reshape(task.output.shape)
             return (_H2D, storage, memory.view(task.output))
         if task.op == "d2h":
             if not task.inputs or task.host is None:
                 raise StreamProgramError(f"d2h task {task.id} '{task.name}' has no source/host")
             src = task.inputs[0]
-            return (_D2H, memory.view(src, writeable=False), src.dtype, task.host)
+            rows = task.attrs.get("rows")
+            part = None if rows is None else (slice(rows[0], rows[1]), self._shapes[task.host])
+            return (_D2H, memory.view(src, writeable=False), src.dtype, task.host, part)
         op = lookup(task.op)
         if op is None or op.kernel is None:
             raise StreamProgramError(
@@ -230,5 +235,12 @@ class Numerics:
             plan[5][...] = pending
         elif kind == _H2D:
             plan[2][...] = pending
-        else:
+        elif plan[4] is None:
             self.outputs[plan[3]] = from_storage(pending, plan[2])
+        else:  # a part of an output: its rows of the host array
+            rows, shape = plan[4]
+            value = from_storage(pending, plan[2])
+            out = self.outputs.get(plan[3])
+            if out is None:
+                out = self.outputs[plan[3]] = np.zeros(shape, value.dtype)
+            out[rows] = value.reshape(out[rows].shape)

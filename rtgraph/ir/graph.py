@@ -128,12 +128,21 @@ class HostCopyNode:
     of right after its producer). Lowering makes the copy task at this point, on ``stream``
     (the runtime's ``aclrtMemcpyAsync`` / ``cudaMemcpyAsync`` on a stream). The data is the
     same on both sides, so the reference interpreter skips the node.
+
+    A copy may move part of a tensor, so that work on the first rows starts while the rest is
+    still crossing the link: ``rows = (a, b)`` on an ``h2d`` copies rows ``a … b-1`` (the
+    leading axis) of host input ``tensor``; an input copied in parts has one node per part. A
+    ``d2h`` of a tensor that is not itself an output but a part of one — an operand of the
+    output's ``concat`` along axis 0 — copies that part into its rows of the host output as soon
+    as the part is computed (lowering works out which rows). ``stream == ""`` lets the compiler
+    choose the stream (copies the optimizer placed).
     """
 
     direction: Literal["h2d", "d2h"]
     tensor: str
     stream: str
     span: Span | None = None
+    rows: tuple[int, int] | None = None
 
 
 Node = OpNode | RecordNode | WaitNode | BarrierNode | SyncNode | CallbackNode | HostCopyNode

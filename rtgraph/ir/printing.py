@@ -25,6 +25,7 @@ from rtgraph.ir.graph import (
     RecordNode,
     SyncNode,
     Tensor,
+    TensorType,
     WaitNode,
 )
 from rtgraph.ops.fused import describe_body
@@ -75,6 +76,22 @@ def _op_line(node: OpNode, program: Program) -> str:
     return line
 
 
+def _copy_line(node: HostCopyNode, program: Program) -> str:
+    """A host copy: the copy moves the tensor (or its rows), whose name stays the same; no
+    stream when the compiler chooses it (copies the optimizer placed)."""
+    call = "to_device" if node.direction == "h2d" else "to_host"
+    t = program.tensors.get(node.tensor)
+    args = node.tensor
+    typed = f" : {t.type}" if t is not None else ""
+    if node.rows is not None:
+        args += f", rows={format_value(node.rows)}"
+        if t is not None:
+            shape = (node.rows[1] - node.rows[0], *t.type.shape[1:])
+            typed = f" : {TensorType(shape, t.type.dtype)}"
+    line = f"  {call}({args}){typed}"
+    return f"{line} on {node.stream}" if node.stream else line
+
+
 def format_node(node: Node, program: Program) -> str:
     """One node as a line of the listing."""
     if isinstance(node, OpNode):
@@ -87,11 +104,8 @@ def format_node(node: Node, program: Program) -> str:
         return f"  barrier on {node.stream}"
     if isinstance(node, SyncNode):
         return "  sync" if node.target is None else f"  sync {node.kind} {node.target}"
-    if isinstance(node, HostCopyNode):  # the copy moves the tensor; its name stays the same
-        call = "to_device" if node.direction == "h2d" else "to_host"
-        t = program.tensors.get(node.tensor)
-        typed = f" : {t.type}" if t is not None else ""
-        return f"  {call}({node.tensor}){typed} on {node.stream}"
+    if isinstance(node, HostCopyNode):
+        return _copy_line(node, program)
     if isinstance(node, CallbackNode):
         return f'  callback "{node.name}" after {node.after}' + (
             " blocking" if node.blocking else ""

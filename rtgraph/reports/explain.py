@@ -13,10 +13,12 @@ from dataclasses import dataclass
 
 from rtgraph.compiler.optimizer.fold_batchnorm import FoldSite, fold_numerics, fold_sites
 from rtgraph.compiler.optimizer.pipeline import chosen_passes, optimize_steps
+from rtgraph.compiler.optimizer.rewrite import output_parts
+from rtgraph.compiler.optimizer.stream_host_copies import plan_inputs
 from rtgraph.compiler.optimizer.tile_and_pipeline import plan_tiling
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.compiler.passes.lower import lower
-from rtgraph.ir.graph import OpNode, Program
+from rtgraph.ir.graph import HostCopyNode, OpNode, Program
 from rtgraph.ops.fused import describe_body
 
 #: How many dropped or merged values a pass's paragraph names before "and N more".
@@ -48,6 +50,10 @@ def _change(before: Traffic, after: Traffic) -> str:
     )
 
 
+#: What a pass that changed nothing reports.
+NO_CHANGE = ["  no change"]
+
+
 def explain(program: Program, options: CompileOptions) -> str:
     """The optimizer's report on ``program`` under ``options`` (bound to a device)."""
     names = chosen_passes(options)
@@ -61,9 +67,13 @@ def explain(program: Program, options: CompileOptions) -> str:
         after = traffic(after_program, options)
         lines.append(f"\n{name}: {_change(before, after)}")
         folds = _batchnorm_folds(previous, after_program) if name == "fold_batchnorm" else []
-        lines += folds or _details(previous, after_program)
+        found = folds or _details(previous, after_program)
+        plans = []
         if name == "tile_and_pipeline":
-            lines += _tiling(previous, options)
+            plans = _tiling(previous, options)
+        elif name == "stream_host_copies":
+            plans = _streaming(previous, after_program, options)
+        lines += [*(found if not plans or found != NO_CHANGE else []), *plans]
         previous, before = after_program, after
     lines.append(f"\nin all: {_change(first, before)}")
     return "\n".join(lines)
@@ -78,6 +88,8 @@ def _details(before: Program, after: Program) -> list[str]:
         if isinstance(node, OpNode) and node.op == "fused" and old.get(node.output) != node:
             body = node.attrs["body"]
             inner = _inner(before, node)
+            if not inner:
+                continue  # a tile of a fused op (or one rebuilt): nothing newly kept on chip
             fused_away.update(inner)
             kept = sum(_nbytes(before, n) for n in inner)
             where = f" (line {node.span.line})" if node.span else ""
@@ -91,9 +103,7 @@ def _details(before: Program, after: Program) -> list[str]:
         shown = ", ".join(before.tensors[n].label for n in gone[:SHOWN_NAMES])
         more = f" and {len(gone) - SHOWN_NAMES} more" if len(gone) > SHOWN_NAMES else ""
         lines.append(f"  removed {len(gone)}: {shown}{more}")
-    if not lines:
-        lines.append("  no change")
-    return lines
+    return lines or list(NO_CHANGE)
 
 
 def _inner(before: Program, node: OpNode) -> list[str]:
@@ -181,3 +191,28 @@ def _tiling(program: Program, options: CompileOptions) -> list[str]:
             f"{untiled.predicted_us:.1f}, {options_text}"
         )
     return lines or ["  no chain starts on the Cube"]
+
+
+def _streaming(before: Program, after: Program, options: CompileOptions) -> list[str]:
+    """Each host input: the part count chosen and the cost model's predicted finish of the work
+    that follows it per count; then the outputs sent back in parts."""
+    lines = []
+    for plan in plan_inputs(before, options):
+        label = before.tensors[plan.name].label
+        predicted = ", ".join(
+            f"{'whole' if k == 1 else f'K={k}'}: {us:.1f}" for k, us in plan.predicted_us.items()
+        )
+        chosen = "whole" if plan.parts == 1 else f"in {plan.parts} row parts"
+        lines.append(
+            f"  input '{label}' copied {chosen}; predicted µs until its work is done: {predicted}"
+        )
+    sent: dict[str, int] = {}
+    parts = output_parts(after)
+    for node in after.nodes:
+        if isinstance(node, HostCopyNode) and node.direction == "d2h" and node.tensor in parts:
+            whole = parts[node.tensor][0]
+            sent[whole] = sent.get(whole, 0) + 1
+    for name, count in sent.items():
+        label = after.tensors[name].label
+        lines.append(f"  output '{label}' sent back in {count} parts, each as it is computed")
+    return lines or ["  no host input or output to stream"]

@@ -4,8 +4,9 @@ The compiler's decisions — the optimizer's fused kernels, the streams, every e
 inserted, the host copies — become explicit source: a ``stream`` per compiled stream, the
 program's own events under their names and one event array ``ev`` for the compiler's, and each
 task as a statement inside ``on <stream> { }`` with its records and waits (``record ev[k]`` /
-``wait ev[k]``), the host copies as ``to_device`` / ``to_host``, a fused task as a
-``fused { }`` block.
+``wait ev[k]``), the host copies as ``to_device`` / ``to_host`` (a copy of an input's rows as
+``to_device(x, rows = [a, b])``, of a part of an output as ``to_host(part)`` with the output's
+``concat`` as its ``output`` statement), a fused task as a ``fused { }`` block.
 
 The statements come in *program order* — the tasks by id, each stream's commands in their
 sequence, records and waits where the barrier pass put them — not in the final submission
@@ -125,6 +126,11 @@ class _Printer:
         self.last_output: dict[int, str] = {}  # stream → the tensor its last task made
         self.on_device: dict[str, str] = {}  # host input → the name its to_device bound
         made = {t.output.tensor for t in compiled.tasks if t.output is not None}
+        #: Outputs copied to the host part by part: the concatenation that makes one is its
+        #: ``output`` statement (no ``to_host`` copies it whole).
+        self.copied_in_parts = {
+            t.host for t in compiled.tasks if t.op == "d2h" and "rows" in t.attrs
+        }
         #: Concatenations whose parts were computed in place (lowering made them no task).
         self.joins = [
             n
@@ -315,8 +321,16 @@ class _Printer:
             assert task.host is not None
             self.defined.add(task.host)
             host = self.ref(task.host)
+            if "rows" in task.attrs:  # a part: the source goes on naming the input itself
+                a, b = task.attrs["rows"]
+                part = self.name(f"{task.host}@device[{a}:{b}]")
+                return [f"{part} = to_device({host}, rows = [{a}, {b}])"]
             self.on_device[task.host] = self.name(task.host + "@device")
             return [f"{self.on_device[task.host]} = to_device({host})"]
+        if task.op == "d2h" and "rows" in task.attrs:  # a part of an output, in its rows
+            part = task.inputs[0].tensor
+            lines = self.views_for([part])
+            return [*lines, f"{self.name(part + '@host')} = to_host({self.ref(part)})"]
         if task.op == "d2h":
             assert task.host is not None
             lines = self.views_for([task.host])  # an output that is a view of a task's result
@@ -342,6 +356,8 @@ class _Printer:
     def statement(self, node: OpNode) -> str:
         self.defined.add(node.output)
         out = self.ref(node.output)
+        if node.output in self.copied_in_parts:
+            out = f"output {out}"
         if node.op == "fused":
             return f"{out} = {self.fused(node)}"
         args = [self.ref(n) for n in node.inputs]

@@ -72,9 +72,10 @@ def _elements(shape: Sequence[int], path: str) -> int:
 
 def _host_tensors(
     hosts: Sequence[Mapping[str, Any]], regions: Mapping[str, tuple[int, int]], total: int
-) -> dict[str, tuple[str, int]]:
-    """Each host tensor's role and element count, checked to fit where it will live."""
-    found: dict[str, tuple[str, int]] = {}
+) -> dict[str, tuple[str, int, int]]:
+    """Each host tensor's role, element count and rows (its leading axis; 1 for a scalar),
+    checked to fit where it will live."""
+    found: dict[str, tuple[str, int, int]] = {}
     for i, h in enumerate(hosts):
         path = f"host_tensors[{i}]"
         if h["name"] in found:
@@ -89,7 +90,7 @@ def _host_tensors(
                 f"{path}.shape",
                 f"{h['dtype']}{list(h['shape'])} takes {nbytes:,} bytes, more than {where}",
             )
-        found[h["name"]] = (h["role"], count)
+        found[h["name"]] = (h["role"], count, h["shape"][0] if h["shape"] else 1)
     return found
 
 
@@ -129,7 +130,7 @@ def _task(
     index: int,
     count: int,
     regions: Mapping[str, tuple[int, int]],
-    hosts: Mapping[str, tuple[str, int]],
+    hosts: Mapping[str, tuple[str, int, int]],
     total: int,
 ) -> None:
     if t["id"] != index:
@@ -164,9 +165,10 @@ def _task(
 
 
 def _copy(
-    t: Mapping[str, Any], path: str, hosts: Mapping[str, tuple[str, int]], sizes: list[int]
+    t: Mapping[str, Any], path: str, hosts: Mapping[str, tuple[str, int, int]], sizes: list[int]
 ) -> None:
-    """An ``h2d`` copies an input host tensor into its output; a ``d2h`` an input operand out."""
+    """An ``h2d`` copies an input host tensor into its output; a ``d2h`` an input operand out
+    — all of it, or the rows ``attrs.rows = [a, b]`` of it (a copy in parts)."""
     role = "input" if t["op"] == "h2d" else "output"
     if t["unit"] != "dma":
         raise refuse(f"{path}.unit", f"must be 'dma' for a host copy, got '{t['unit']}'")
@@ -177,12 +179,27 @@ def _copy(
     if operand is None:
         side = "output" if role == "input" else "inputs"
         raise refuse(f"{path}.{side}", f"a {t['op']} copy needs its device operand")
-    elements = math.prod(operand["shape"])
-    if elements != found[1]:
+    elements, expected = math.prod(operand["shape"]), found[1]
+    rows = t["attrs"].get("rows")
+    if rows is not None:
+        if (
+            not isinstance(rows, (list, tuple))
+            or len(rows) != 2
+            or not all(type(r) is int for r in rows)
+            or not 0 <= rows[0] < rows[1] <= found[2]
+        ):
+            raise refuse(
+                f"{path}.attrs.rows",
+                f"must be [a, b] with 0 <= a < b <= {found[2]:,} (the rows of "
+                f"'{t['host']}'), got {rows!r}",
+            )
+        expected = found[1] // found[2] * (rows[1] - rows[0])
+    if elements != expected:
         side = "output" if role == "input" else "inputs[0]"
         raise refuse(
             f"{path}.{side}.shape",
-            f"holds {elements:,} elements; host tensor '{t['host']}' has {found[1]:,}",
+            f"holds {elements:,} elements; host tensor '{t['host']}' has {expected:,}"
+            + ("" if rows is None else f" in rows {list(rows)}"),
         )
 
 

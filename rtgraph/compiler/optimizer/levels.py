@@ -17,12 +17,14 @@ PASSES: dict[str, str] = {
     "fuse_elementwise": "chains and trees of Vector ops become one task (inputs read once)",
     "tile_and_pipeline": "a Cube-to-Vector chain is cut into K tiles (K by the cost model) and "
     "emitted skewed, so one tile's Cube work overlaps the last one's Vector work",
+    "stream_host_copies": "an input crosses the host link in row parts (K by the cost model) "
+    "so work on its first rows starts early; an output's finished row blocks go back one by one",
     "order_for_overlap": "ops in the order a list schedule on the units starts them, so a "
     "stream per unit overlaps independent work",
 }
 
 #: The passes that rewrite the schedule, not the arithmetic's shape: ``-O2`` only.
-PIPELINING = ("tile_and_pipeline", "order_for_overlap")
+PIPELINING = ("tile_and_pipeline", "stream_host_copies", "order_for_overlap")
 
 #: What each ``-O`` level runs: ``-O1`` canonicalizes and fuses, ``-O2`` also tiles and
 #: pipelines.

@@ -19,6 +19,7 @@ from rtgraph.compiler.optimizer.fuse_elementwise import fuse_elementwise
 from rtgraph.compiler.optimizer.fuse_epilogue import fuse_epilogue
 from rtgraph.compiler.optimizer.levels import LEVELS, PASSES
 from rtgraph.compiler.optimizer.order_for_overlap import order_for_overlap
+from rtgraph.compiler.optimizer.stream_host_copies import stream_host_copies
 from rtgraph.compiler.optimizer.tile_and_pipeline import tile_and_pipeline
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.errors import UsageError
@@ -37,6 +38,7 @@ PASS_FUNCTIONS: dict[str, OptPass] = {
     "fuse_epilogue": fuse_epilogue,
     "fuse_elementwise": fuse_elementwise,
     "tile_and_pipeline": tile_and_pipeline,
+    "stream_host_copies": stream_host_copies,
     "order_for_overlap": order_for_overlap,
 }
 assert tuple(PASS_FUNCTIONS) == tuple(PASSES)

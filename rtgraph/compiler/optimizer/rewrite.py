@@ -8,12 +8,13 @@ printed next to the program after it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
 from rtgraph.dtypes import DTYPES, contiguous_strides
-from rtgraph.ir.graph import CallbackNode, Node, OpNode, Program
+from rtgraph.ir.graph import CallbackNode, HostCopyNode, Node, OpNode, Program
 from rtgraph.ops.fused import body_attrs
 from rtgraph.ops.layout import VIEW_OPS, view_layout
 
@@ -55,6 +56,8 @@ def pinned(program: Program) -> set[str]:
                 keep.add(node.output)
         elif isinstance(node, CallbackNode):
             keep.add(node.after)
+        elif isinstance(node, HostCopyNode):
+            keep.add(node.tensor)
     return keep
 
 
@@ -128,3 +131,77 @@ def view_outputs(program: Program, nodes: Iterable[OpNode]) -> set[str]:
             layout[node.output] = (made[0], made[1])
             views.add(node.output)
     return views
+
+
+def concats_in_place(program: Program) -> dict[str, tuple[str, int]]:
+    """The parts of concatenations that can be computed straight into their slice of the
+    result — part name → (the concatenation's name, the part's byte offset in it).
+
+    A ``concat`` qualifies when every axis before the joined one has size 1 (so each part's
+    slice of the result is contiguous) and each part is a distinct value computed by an op
+    that makes a task (not a view, not a synthetic kernel, not a declared tensor), joined by
+    no other concat and not itself an output. Other ops may read a part: they read its bytes
+    in the result, which nothing else writes. The optimizer's tiles meet this: they then cost
+    no copy.
+    """
+    joins: dict[str, int] = {}
+    for node in program.nodes:
+        if isinstance(node, OpNode) and node.op == "concat":
+            for name in node.inputs:
+                joins[name] = joins.get(name, 0) + 1
+    outputs = set(program.outputs)
+    made_by = {n.output: n for n in program.nodes if isinstance(n, OpNode)}
+    found: dict[str, tuple[str, int]] = {}
+    for node in program.nodes:
+        if not isinstance(node, OpNode) or node.op != "concat" or node.stream is not None:
+            continue
+        out = program.tensors[node.output].type
+        axis = node.attrs.get("axis", 0) % out.rank
+        if math.prod(out.shape[:axis]) != 1 or len(set(node.inputs)) != len(node.inputs):
+            continue
+        parts = [made_by.get(name) for name in node.inputs]
+        if any(
+            p is None
+            or p.op in VIEW_OPS
+            or p.op == "kernel"
+            or joins[p.output] != 1
+            or p.output in outputs
+            for p in parts
+        ):
+            continue
+        offset = 0
+        for name in node.inputs:
+            found[name] = (node.output, offset)
+            offset += program.tensors[name].type.nbytes
+    return found
+
+
+def output_parts(program: Program) -> dict[str, tuple[str, int, int]]:
+    """The parts of outputs that a ``d2h`` copy may send on their own — part name → (the
+    output, its first row, the row after its last): the operands of an output that is a
+    ``concat`` along axis 0, when the program copies that part by itself."""
+    copied = {n.tensor for n in program.nodes if isinstance(n, HostCopyNode)}
+    outputs = set(program.outputs)
+    found: dict[str, tuple[str, int, int]] = {}
+    for node in program.nodes:
+        if not isinstance(node, OpNode) or node.op != "concat" or node.output not in outputs:
+            continue
+        rank = program.tensors[node.output].type.rank
+        if node.attrs.get("axis", 0) % rank != 0 or not copied & set(node.inputs):
+            continue
+        row = 0
+        for name in node.inputs:
+            rows = program.tensors[name].type.shape[0]
+            if name in copied and name not in outputs:
+                found[name] = (node.output, row, row + rows)
+            row += rows
+    return found
+
+
+def slice_rows(node: OpNode, program: Program) -> tuple[int, int] | None:
+    """The rows ``[start, stop)`` a ``slice`` along axis 0 keeps, or None for any other op."""
+    if node.op != "slice":
+        return None
+    if node.attrs.get("axis", 0) % program.tensors[node.inputs[0]].type.rank != 0:
+        return None
+    return int(node.attrs["start"]), int(node.attrs["stop"])

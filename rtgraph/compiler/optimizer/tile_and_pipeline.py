@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
+from rtgraph.compiler.optimizer.host_link import copy_us, sends_in_parts
 from rtgraph.compiler.optimizer.rewrite import (
     movable,
     pinned,
@@ -180,13 +181,13 @@ def op_duration(
 # --- the rewrite ---------------------------------------------------------------------------
 
 
-def _tiled_type(t: TensorType, axis: int, size: int) -> TensorType:
+def tiled_type(t: TensorType, axis: int, size: int) -> TensorType:
     shape = list(t.shape)
     shape[axis] = size
     return TensorType(tuple(shape), t.dtype)
 
 
-def _retiled_attrs(node: OpNode, types: list[TensorType], out: TensorType) -> dict:
+def retiled_attrs(node: OpNode, types: list[TensorType], out: TensorType) -> dict:
     """``node``'s attributes for a tile: shapes written in them follow the tile's."""
     attrs = dict(node.attrs)
     if node.op == "reshape":
@@ -218,7 +219,7 @@ def _tiles(
         if key not in slices:
             out = f"{name}#{axis}:{t}"
             slices[key] = out
-            made[out] = Tensor(out, _tiled_type(types[name].type, axis, size), "value", display=out)
+            made[out] = Tensor(out, tiled_type(types[name].type, axis, size), "value", display=out)
             attrs = {"start": t * size, "stop": (t + 1) * size, "axis": axis}
             nodes.append(OpNode("slice", (name,), out, attrs, span=types[name].span))
         return slices[key]
@@ -243,10 +244,10 @@ def _tiles(
                     inputs.append(sliced(name, s, t))
             in_types = [made[i].type if i in made else types[i].type for i in inputs]
             original = types[node.output]
-            out_type = _tiled_type(original.type, split.axes[j], size)
+            out_type = tiled_type(original.type, split.axes[j], size)
             name = tile_name(node.output, t)
             made[name] = Tensor(name, out_type, "value", original.span, f"{original.label}[{t}]")
-            attrs = _retiled_attrs(node, in_types, out_type)
+            attrs = retiled_attrs(node, in_types, out_type)
             nodes.append(replace(node, inputs=tuple(inputs), output=name, attrs=attrs))
     last = chain[-1]
     parts = tuple(tile_name(last.output, t) for t in range(tiles))
@@ -276,18 +277,18 @@ class _Costs:
             ins = [types[i].type for i in node.inputs]
             if tiles > 1 and split is not None:
                 size = split.extent // tiles
-                out = _tiled_type(out, axis, size)
+                out = tiled_type(out, axis, size)
                 ins = [
-                    t if s is None else _tiled_type(t, s, size)
+                    t if s is None else tiled_type(t, s, size)
                     for t, s in zip(ins, split.operands[j], strict=True)
                 ]
                 if j > 0:  # the chain operand is the previous tile
                     prev = self.chain[j - 1].output
                     ins = [
-                        _tiled_type(types[n].type, split.axes[j - 1], size) if n == prev else t
+                        tiled_type(types[n].type, split.axes[j - 1], size) if n == prev else t
                         for n, t in zip(node.inputs, ins, strict=True)
                     ]
-                node = replace(node, attrs=_retiled_attrs(node, ins, out))
+                node = replace(node, attrs=retiled_attrs(node, ins, out))
             self.cache[key] = op_duration(node, ins, out, self.spec)
         return self.cache[key]
 
@@ -321,7 +322,28 @@ def _predict(costs: _Costs, length: int, split: _Split | None, tiles: int) -> fl
     for j in range(length, len(costs.chain)):
         run(j, 0, end, 1, None)
         end = done[j][0]
-    return max(end, *free.values()) if free else end
+    end = max(end, *free.values()) if free else end
+    return _sent(costs, length, split, parts, done, end)
+
+
+def _sent(
+    costs: _Costs, length: int, split: _Split | None, parts: int, done: list, end: float
+) -> float:
+    """When the chain's result is back on the host, if it is an output (else ``end``): sent in
+    parts as the tiles finish where :mod:`.stream_host_copies` will do so, else whole."""
+    last = costs.chain[-1].output
+    if last not in costs.program.outputs:
+        return end
+    t = costs.program.tensors[last].type
+    cut = split is not None and parts > 1 and length == len(costs.chain) and split.axes[-1] == 0
+    if not cut or not sends_in_parts(t.nbytes // parts, t.dtype, costs.spec):
+        return end + copy_us(t.nbytes, t.dtype, costs.spec, "d2h")
+    link = 0.0
+    for k in range(parts):
+        link = max(link, done[length - 1][k]) + copy_us(
+            t.nbytes // parts, t.dtype, costs.spec, "d2h"
+        )
+    return max(end, link)
 
 
 def plan_region(

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from rtgraph.compiler.taskgraph import Hazard, TaskGraph
+from rtgraph.compiler.taskgraph import DagTask, Hazard, TaskGraph
 from rtgraph.stream_program.hazards import AccessTracker
 
 if TYPE_CHECKING:  # for annotations only: the options module imports the passes' vocabularies
@@ -35,6 +35,18 @@ def task_ranges(
     return [(regions[n].offset, regions[n].offset + regions[n].size) for n in names]
 
 
+def read_ranges(graph: TaskGraph, task: DagTask) -> list[tuple[int, int]]:
+    """The byte ranges ``task`` reads: each read storage, or its read window."""
+    assert graph.memory is not None, "plan_memory must run before"
+    regions = graph.memory.regions
+    return [
+        (regions[n].offset, regions[n].offset + regions[n].size)
+        if w is None
+        else (regions[n].offset + w[0], regions[n].offset + w[1])
+        for n, w in task.read_ranges()
+    ]
+
+
 def find_hazards(graph: TaskGraph, options: CompileOptions) -> TaskGraph:
     """``graph`` with ``hazards`` set and hazard edges added to its DAG (no option applies)."""
     tracker = AccessTracker()
@@ -46,7 +58,7 @@ def find_hazards(graph: TaskGraph, options: CompileOptions) -> TaskGraph:
         task = graph.tasks[item]
         conflicts = tracker.access(
             task.id,
-            task_ranges(graph, task.reads),
+            read_ranges(graph, task),
             task_ranges(graph, task.writes, task.window),
         )
         for c in conflicts:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rtgraph.compiler.passes.event_ids import colour_events
+from rtgraph.compiler.passes.find_hazards import read_ranges
 from rtgraph.compiler.taskgraph import Hazard, HostStep, TaskGraph
 from rtgraph.errors import CapacityError
 from rtgraph.stream_program.program import (
@@ -405,7 +406,7 @@ def _tasks(graph: TaskGraph) -> list[Task]:
                 unit=t.unit,
                 inputs=tuple(operand(n) for n in t.inputs),
                 output=operand(t.output) if t.output is not None else None,
-                reads=ranges(t.reads),
+                reads=tuple(read_ranges(graph, t)),
                 writes=ranges(t.writes, t.window),
                 flops=t.flops,
                 bytes_read=t.bytes_read,

@@ -10,13 +10,12 @@ compiler, the interpreter and the emulator agree on what is a view by constructi
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 import networkx as nx
 
-from rtgraph.compiler.optimizer.rewrite import uses
+from rtgraph.compiler.optimizer.rewrite import concats_in_place, output_parts
 from rtgraph.compiler.taskgraph import DagTask, HostStep, Storage, TaskGraph, View
 from rtgraph.device.spec import DeviceSpec
 from rtgraph.dtypes import DTYPES, contiguous_strides
@@ -47,7 +46,12 @@ def lower(program: Program, options: CompileOptions) -> TaskGraph:
     or streams yet)."""
     device = options.target
     b = _Builder(program, device)
-    b.placed = {(n.direction, n.tensor) for n in program.nodes if isinstance(n, HostCopyNode)}
+    b.parts = output_parts(program)
+    b.placed = {
+        (n.direction, b.parts[n.tensor][0] if n.tensor in b.parts else n.tensor)
+        for n in program.nodes
+        if isinstance(n, HostCopyNode)
+    }
     b.in_place = concats_in_place(program)
     for t in program.tensors.values():
         b.declare(t)
@@ -98,38 +102,6 @@ def layout_view(view: View, op: str, attrs: dict, out_shape: tuple[int, ...]) ->
     return View("", view.base, view.offset + offset, shape, strides, view.dtype)
 
 
-def concats_in_place(program: Program) -> dict[str, tuple[str, int]]:
-    """The parts of concatenations that can be computed straight into their slice of the
-    result — part name → (the concatenation's name, the part's byte offset in it).
-
-    A ``concat`` qualifies when every axis before the joined one has size 1 (so each part's
-    slice of the result is contiguous) and each part is a distinct value computed by an op
-    that makes a task (not a view, not a synthetic kernel, not a declared tensor) and read by
-    nothing but the concat. The optimizer's tiles meet this: they then cost no copy.
-    """
-    reads = uses(program)
-    made_by = {n.output: n for n in program.nodes if isinstance(n, OpNode)}
-    found: dict[str, tuple[str, int]] = {}
-    for node in program.nodes:
-        if not isinstance(node, OpNode) or node.op != "concat" or node.stream is not None:
-            continue
-        out = program.tensors[node.output].type
-        axis = node.attrs.get("axis", 0) % out.rank
-        if math.prod(out.shape[:axis]) != 1 or len(set(node.inputs)) != len(node.inputs):
-            continue
-        parts = [made_by.get(name) for name in node.inputs]
-        if any(
-            p is None or p.op in VIEW_OPS or p.op == "kernel" or reads.get(p.output) != 1
-            for p in parts
-        ):
-            continue
-        offset = 0
-        for name in node.inputs:
-            found[name] = (node.output, offset)
-            offset += program.tensors[name].type.nbytes
-    return found
-
-
 @dataclass
 class _Builder:
     program: Program
@@ -139,7 +111,9 @@ class _Builder:
     views: dict[str, View] = field(default_factory=dict)
     script: list[int | HostStep] = field(default_factory=list)
     dag: nx.DiGraph = field(default_factory=nx.DiGraph)
-    producer: dict[str, int] = field(default_factory=dict)
+    # per storage, the tasks whose writes are still visible: (lo, hi, task), byte windows
+    writers: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)
+    parts: dict[str, tuple[str, int, int]] = field(default_factory=dict)  # see output_parts
     placed: set[tuple[str, str]] = field(default_factory=set)  # copies the program placed
     in_place: dict[str, tuple[str, int]] = field(default_factory=dict)  # see concats_in_place
 
@@ -166,63 +140,121 @@ class _Builder:
         elif t.kind == "input":
             self.storage(t, "input")
             if ("h2d", t.name) not in self.placed:
-                self.producer[t.name] = self.add(self.h2d_task(t, None, t.span))
+                self.add(self.h2d_task(t, None, t.span))
 
-    def h2d_task(self, t: Tensor, stream: str | None, span: Span | None) -> DagTask:
-        """The copy of host input ``t`` to the device (on ``stream`` if the program placed it)."""
+    def h2d_task(
+        self,
+        t: Tensor,
+        stream: str | None,
+        span: Span | None,
+        rows: tuple[int, int] | None = None,
+    ) -> DagTask:
+        """The copy of host input ``t`` (of its ``rows``, when given) to the device, on
+        ``stream`` if the program placed it."""
+        name, window, nbytes, label, attrs = t.name, None, t.type.nbytes, t.label, {}
+        if rows is not None:
+            name, window = self.rows_view(t.name, rows)
+            nbytes = window[1] - window[0]
+            label = f"{t.label}[{rows[0]}:{rows[1]}]"
+            attrs = {"rows": rows}
         return DagTask(
             id=len(self.tasks),
-            name=t.label,
+            name=label,
             op="h2d",
             unit="dma",
             inputs=(),
-            output=t.name,
+            output=name,
             reads=(),
             writes=(t.name,),
-            bytes_read=t.type.nbytes,
-            bytes_written=t.type.nbytes,
+            window=window,
+            bytes_read=nbytes,
+            bytes_written=nbytes,
             dtype=t.type.dtype,
             host=t.name,
             span=span,
-            attrs={"pinned": t.pinned},
+            attrs={"pinned": t.pinned, **attrs},
             stream=stream,
         )
 
     def d2h_task(self, name: str, stream: str | None, span: Span | None) -> DagTask:
-        """The copy of output ``name`` back to the host (on ``stream`` if the program placed it)."""
+        """The copy of output ``name`` back to the host (on ``stream`` if the program placed
+        it) — or, for a part of an output (see :func:`output_parts`), of its rows."""
         t = self.program.tensors[name]
+        host, label, attrs = name, t.label, {}
+        if name in self.parts:
+            host, lo, hi = self.parts[name]
+            label = f"{self.program.tensors[host].label}[{lo}:{hi}]"
+            attrs = {"rows": (lo, hi)}
         return DagTask(
             id=len(self.tasks),
-            name=t.label,
+            name=label,
             op="d2h",
             unit="dma",
             inputs=(name,),
             output=None,
             reads=(self.base_of(name),),
+            read_windows=(self.window_of(name),),
             writes=(),
             bytes_read=t.type.nbytes,
             bytes_written=t.type.nbytes,
             dtype=t.type.dtype,
-            host=name,
+            host=host,
             span=span,
+            attrs=attrs,
             stream=stream,
         )
 
+    def rows_view(self, name: str, rows: tuple[int, int]) -> tuple[str, tuple[int, int]]:
+        """A view of rows ``rows`` of storage ``name`` (registered under a name of its own)
+        and its byte window."""
+        whole = self.views[name]
+        step = whole.strides[0]
+        lo, hi = rows[0] * step, rows[1] * step
+        part = f"{name}[{rows[0]}:{rows[1]}]"
+        shape = (rows[1] - rows[0], *whole.shape[1:])
+        self.views[part] = View(
+            part, whole.base, whole.offset + lo, shape, whole.strides, whole.dtype
+        )
+        return part, (whole.offset + lo, whole.offset + hi)
+
     def host_copy(self, node: HostCopyNode) -> None:
-        """A copy the program placed: its task here, in program order, on the node's stream."""
+        """A copy the program (or the optimizer) placed: its task here, in program order, on
+        the node's stream ("" lets the stream policy choose)."""
+        stream = node.stream or None
         if node.direction == "h2d":
             t = self.program.tensors[node.tensor]
-            self.producer[t.name] = self.add(self.h2d_task(t, node.stream, node.span))
+            self.add(self.h2d_task(t, stream, node.span, node.rows))
         else:
-            self.add(self.d2h_task(node.tensor, node.stream, node.span))
+            self.add(self.d2h_task(node.tensor, stream, node.span))
 
     def base_of(self, name: str) -> str:
         return self.views[name].base
 
-    def producer_of(self, name: str) -> int | None:
+    def window_of(self, name: str) -> tuple[int, int] | None:
+        """The bytes of its storage that tensor ``name`` can touch (None: all of them)."""
+        view = self.views[name]
+        lo, hi = view.extent()
+        return None if (lo, hi) == (0, self.storages[view.base].nbytes) else (lo, hi)
+
+    def producers_of(self, name: str) -> list[int]:
+        """The tasks whose writes tensor ``name`` reads (those overlapping its bytes)."""
         if name not in self.views:
-            return self.producer.get(name)
-        return self.producer.get(self.base_of(name))
+            return [k for _, _, k in self.writers.get(name, ())]
+        view = self.views[name]
+        lo, hi = view.extent()
+        return [k for a, b, k in self.writers.get(view.base, ()) if a < hi and lo < b]
+
+    def producer_of(self, name: str) -> int | None:
+        """The last task writing what ``name`` reads, if any."""
+        return max(self.producers_of(name), default=None)
+
+    def wrote(self, task: DagTask) -> None:
+        """Note ``task``'s writes: what it overwrites is no longer another task's."""
+        for base in task.writes:
+            size = self.storages[base].nbytes if base in self.storages else 0
+            lo, hi = task.window if task.window is not None else (0, size)
+            kept = [w for w in self.writers.get(base, ()) if w[0] < lo or w[1] > hi]
+            self.writers[base] = [*kept, (lo, hi, task.id)]
 
     # --- tasks -----------------------------------------------------------------------------
     def add(self, task: DagTask, after: tuple[str, ...] = ()) -> int:
@@ -230,13 +262,12 @@ class _Builder:
         self.script.append(task.id)
         self.dag.add_node(task.id)
         for name in task.inputs:
-            src = self.producer_of(name)
-            if src is not None:
+            for src in self.producers_of(name):
                 self.dag.add_edge(src, task.id, kind="data")
         for name in after:
-            src = self.producer_of(name)
-            if src is not None:
+            for src in self.producers_of(name):
                 self.dag.add_edge(src, task.id, kind="after")
+        self.wrote(task)
         return task.id
 
     def step(self, step: HostStep) -> None:
@@ -268,8 +299,8 @@ class _Builder:
             unit, cost.flops, cost.bytes_read + cost.bytes_written, self.device, requested
         )
         window = self.output_storage(t_out)
-        reads = tuple(dict.fromkeys(self.base_of(n) for n in node.inputs))
-        task = self.add(
+        reads, read_windows = self.read_windows(node.inputs)
+        self.add(
             DagTask(
                 id=len(self.tasks),
                 name=t_out.label,
@@ -278,6 +309,7 @@ class _Builder:
                 inputs=node.inputs,
                 output=node.output,
                 reads=reads,
+                read_windows=read_windows,
                 writes=(self.base_of(node.output),),
                 window=window,
                 flops=cost.flops,
@@ -291,7 +323,25 @@ class _Builder:
             ),
             after=node.after,
         )
-        self.producer[self.base_of(node.output)] = task
+
+    def read_windows(
+        self, inputs: tuple[str, ...]
+    ) -> tuple[tuple[str, ...], tuple[tuple[int, int] | None, ...]]:
+        """The storages behind ``inputs`` and, for each, the hull of the bytes read of it."""
+        hull: dict[str, tuple[int, int] | None] = {}
+        for name in inputs:
+            base, window = self.base_of(name), self.window_of(name)
+            if base in hull:
+                old = hull[base]
+                window = (
+                    None
+                    if old is None or window is None
+                    else (min(old[0], window[0]), max(old[1], window[1]))
+                )
+            hull[base] = window
+        reads = tuple(hull)
+        windows = tuple(hull.values())
+        return reads, (() if all(w is None for w in windows) else windows)
 
     def output_storage(self, t: Tensor) -> tuple[int, int] | None:
         """Give ``t`` its storage: its own, or — a part of a concatenation made in place — its
@@ -332,7 +382,7 @@ class _Builder:
             ),
             after=node.after,
         )
-        self.producer[node.output] = task
+        self.writers[node.output] = [(0, 0, task)]  # its token: what `after=` waits for
 
     def finish_outputs(self) -> None:
         """A ``d2h`` copy per output, placed right after the task that produces it."""
