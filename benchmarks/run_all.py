@@ -6,7 +6,8 @@ the exact command, the wall time it took and its exit status. A script that fail
 as failed (with the end of its error output) and the others still run. The headline table
 (``python -m rtgraph.bench models/``, the same as ``rtgraph bench models/``) comes first.
 With ``--only``, the chosen sections (and their rows of the status table) replace the same
-sections of the existing README; the other sections stay as they were.
+sections of the existing README, or are added there in this order if it lacks them; the other
+sections stay as they were.
 
 Usage: python benchmarks/run_all.py [--quick] [--only NAME,NAME] [--output PATH]
 """
@@ -61,13 +62,22 @@ SCRIPTS: tuple[tuple[str, list[str], list[str], str], ...] = (
         "simulate_overhead",
         ["benchmarks/simulate_overhead.py"],
         ["benchmarks/simulate_overhead.py", "--repeat", "1"],
-        "numeric run vs a plain kernel loop; per-task overhead vs Dask",
+        "numeric run vs a task loop doing the same data work (same tasks, same device memory); "
+        "per-task overhead on tiny kernels, Dask beside it",
     ),
     (
         "simulate_speed",
         ["benchmarks/simulate_speed.py"],
         ["benchmarks/simulate_speed.py", "--quick"],
-        "emulator tasks per second and numeric overhead on synthetic programs",
+        "the emulator alone in tasks per second, the whole pipeline (parse, compile, emulate) "
+        "for the same programs, and numeric overhead",
+    ),
+    (
+        "peers",
+        ["benchmarks/peers.py"],
+        ["benchmarks/peers.py", "--quick"],
+        "rtgraph's whole pipeline against a SimPy model of the same device and Dask's threaded "
+        "scheduler on one random layered DAG, with issue 14's ratios",
     ),
     (
         "schedule_quality_stg",
@@ -132,10 +142,11 @@ def section(name: str, command: list[str], purpose: str, outcome) -> list[str]:
 
 
 def splice(readme: str, name: str, row: str, lines: list[str]) -> str:
-    """``readme`` with section ``name`` and its row of the status table replaced."""
+    """``readme`` with section ``name`` and its row of the status table replaced — or, for a
+    script the README does not have yet, added before the next script's (else at the end)."""
     marker = f"\n## {name}\n"
     if marker not in readme:
-        raise SystemExit(f"run_all: {name} is not in the README yet; run without --only")
+        return insert(readme, name, row, lines)
     start = readme.index(marker) + 1
     end = readme.find("\n## ", start)
     block = "\n".join(lines) + "\n"
@@ -145,6 +156,25 @@ def splice(readme: str, name: str, row: str, lines: list[str]) -> str:
     text = readme[:start] + block + readme[end + 1 :]
     prefix = f"| [{name}](#{name}) |"
     return "\n".join(row if ln.startswith(prefix) else ln for ln in text.split("\n"))
+
+
+def insert(readme: str, name: str, row: str, lines: list[str]) -> str:
+    """``readme`` with a new section ``name`` and its status row, in :data:`SCRIPTS` order."""
+    names = [s[0] for s in SCRIPTS]
+    later = [n for n in names[names.index(name) + 1 :] if f"\n## {n}\n" in readme]
+    block = "\n".join(lines) + "\n"
+    if later:
+        at = readme.index(f"\n## {later[0]}\n") + 1
+        readme = readme[:at] + block + readme[at:]
+        before = f"| [{later[0]}](#{later[0]}) |"
+        return "\n".join(
+            f"{row}\n{ln}" if ln.startswith(before) else ln for ln in readme.split("\n")
+        )
+    readme = readme.rstrip() + "\n\n" + block.rstrip() + "\n"
+    rows = [k for k, ln in enumerate(readme.split("\n")) if ln.startswith("| [")]
+    text = readme.split("\n")
+    text.insert(rows[-1] + 1 if rows else 0, row)
+    return "\n".join(text)
 
 
 def main() -> None:
