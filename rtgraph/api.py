@@ -20,6 +20,7 @@ import numpy as np
 
 from rtgraph import emulator, frontend
 from rtgraph.compiler import CompileOptions, compile_program
+from rtgraph.compiler.optimizer.levels import DEFAULT_LEVEL
 from rtgraph.compiler.scheduling.policies import StreamPolicy
 from rtgraph.device import check_compatibility, load_device, load_named_device
 from rtgraph.device.spec import DeviceSpec
@@ -87,6 +88,7 @@ def compile(
     memory: str = "stream-ordered",
     alloc: str = "static",
     batch_size: int | None = None,
+    opt_level: int = DEFAULT_LEVEL,
     check: bool = False,
     options: CompileOptions | None = None,
 ) -> StreamProgram:
@@ -96,10 +98,16 @@ def compile(
     option's values: ``docs/options.md``): ``streams`` a policy name or object, ``memory`` the
     static plan, ``alloc`` ``static`` (the plan) or a run-time allocator, ``batch_size`` the
     host's submission batch the commands are ordered for (None: the device's; run on the same
-    spec to get it at run time too). Or pass one ``options`` object and no keywords.
+    spec to get it at run time too), ``opt_level`` the optimizer's level (0: the program as
+    written). Or pass one ``options`` object and no keywords.
     """
     keywords = CompileOptions(
-        streams=streams, memory=memory, alloc=alloc, batch_size=batch_size, check=check
+        streams=streams,
+        memory=memory,
+        alloc=alloc,
+        batch_size=batch_size,
+        opt_level=opt_level,
+        check=check,
     )
     if options is None:
         options = keywords

@@ -109,7 +109,7 @@ def test_single_stream_needs_no_events():
 
 def test_by_unit_orders_cube_to_vector_handoffs_with_events():
     program = _chain_program()
-    sp = compile_program(program, TOY, CompileOptions(streams="by-unit"))
+    sp = compile_program(program, TOY, CompileOptions(streams="by-unit", opt_level=0))
     # h2d(dma) -> matmul(cube) -> relu(vector) -> matmul(cube) -> d2h(dma): 4 stream changes.
     assert sp.meta["barriers"]["waits"] == 4
     assert check_races(sp).ok
@@ -179,10 +179,9 @@ def test_streams_that_never_meet_reuse_memory_in_pools_of_their_own():
 
     program = rtgraph.parse(program_text(1000), "chains.rtg")
     device = rtgraph.device("ascend-910b")
-    ordered = compile_program(
-        program, device, CompileOptions(streams="list", memory="stream-ordered")
-    )
-    alone = compile_program(program, device, CompileOptions(streams="list", memory="none"))
+    written = {"streams": "list", "opt_level": 0}  # the chains as written, not fused
+    ordered = compile_program(program, device, CompileOptions(memory="stream-ordered", **written))
+    alone = compile_program(program, device, CompileOptions(memory="none", **written))
     assert len(ordered.streams) == 8
     assert ordered.meta["barriers"]["waits"] == alone.meta["barriers"]["waits"]
     assert ordered.meta["memory"]["pool_bytes"] * 20 < alone.meta["memory"]["pool_bytes"]

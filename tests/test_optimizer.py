@@ -219,8 +219,10 @@ def test_emit_ir_after_a_pass_and_its_errors(capsys):
     assert "fused[" not in capsys.readouterr().out
     assert main(["compile", model, "-O1", "--emit", "ir"]) == 0
     assert "%1 = fused[matmul(x, w_in) → add(·, b_in)](x, w_in, b_in)" in capsys.readouterr().out
-    assert main(["compile", model, "--emit", "ir", "--after", "fuse_elementwise"]) == 2
+    assert main(["compile", model, "-O0", "--emit", "ir", "--after", "fuse_elementwise"]) == 2
     assert "--after fuse_elementwise: no such pass runs here" in capsys.readouterr().err
+    assert main(["compile", model, "-O1", "--emit", "ir", "--after", "order_for_overlap"]) == 2
+    assert "--after order_for_overlap: no such pass runs here" in capsys.readouterr().err
     assert main(["compile", model, "--after", "fuse_elementwise"]) == 2
     assert "--after needs --emit ir" in capsys.readouterr().err
 

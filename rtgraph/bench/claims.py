@@ -23,7 +23,7 @@ from rtgraph.bench.rows import HeadlineRow, PolicyRow
 from rtgraph.bench.tables import pct
 
 #: The models the headline is about (all models when none of these ran).
-HEADLINE_MODELS: tuple[str, ...] = ("attention", "transformer_block")
+HEADLINE_MODELS: tuple[str, ...] = ("attention_naive", "transformer_naive")
 
 #: The runtime documentation's figures (utilization as a fraction).
 CLAIM_ONE_STREAM = 0.40

@@ -40,6 +40,7 @@ import math
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from rtgraph.compiler.optimizer.pipeline import optimize
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.compiler.passes.assign_streams import assign_streams
 from rtgraph.compiler.passes.find_hazards import find_hazards
@@ -94,8 +95,12 @@ class _Inputs:
     machines: list[tuple[str, list[tuple[int, float, float]]]]
 
 
-def makespan_lower_bound(program: Program, device: DeviceSpec) -> Bound:
-    """The bound for ``program`` on ``device`` (see the module docstring).
+def makespan_lower_bound(
+    program: Program, device: DeviceSpec, options: CompileOptions | None = None
+) -> Bound:
+    """The bound for ``program`` on ``device`` (see the module docstring), as the optimizer
+    ``options`` choose (the default level when None) leaves it: a bound on the task graph the
+    compiler schedules, not on the program as written (fusion can beat that one).
 
     The terms are computed for every order in which the copies on each link direction can
     finish (inputs) or start (outputs), when there are at most :data:`MAX_ORDERS` of them (and
@@ -103,7 +108,15 @@ def makespan_lower_bound(program: Program, device: DeviceSpec) -> Bound:
     follows one of them.
     """
     # No reuse: every tensor its own bytes, so the hazards found are the true ones.
-    options = CompileOptions(streams="single", memory="none").for_device(device)
+    chosen = options or CompileOptions()
+    options = CompileOptions(
+        streams="single",
+        memory="none",
+        opt_level=chosen.opt_level,
+        passes=chosen.passes,
+        fast_math=chosen.fast_math,
+    ).for_device(device)
+    program = optimize(program, options)
     graph = find_hazards(plan_memory(lower(program, options), options), options)
     compiled = insert_barriers(assign_streams(graph, options), options)
     costs = task_costs(compiled, device)

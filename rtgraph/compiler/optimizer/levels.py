@@ -35,7 +35,7 @@ LEVELS: dict[int, tuple[str, ...]] = {
 }
 
 #: The level a compile runs when none is asked for.
-DEFAULT_LEVEL = 0
+DEFAULT_LEVEL = 2
 
 
 def level_problem(level: object) -> tuple[str, str] | None:
