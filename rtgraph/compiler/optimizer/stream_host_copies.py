@@ -27,6 +27,7 @@ computed by the same kernel on the same rows (a matmul in multiples of its row b
 from __future__ import annotations
 
 import heapq
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from rtgraph.compiler.optimizer.host_link import copy_us, sends_in_parts
@@ -68,13 +69,28 @@ def stream_host_copies(program: Program, options: CompileOptions) -> Program:
     cost model says the overlap pays."""
     if not program.nodes or not all(movable(n) for n in program.nodes):
         return program  # explicit streams, synthetic kernels, placed copies: the author's order
+    parts = {plan.name: plan.parts for plan in plan_inputs(program, options) if plan.parts > 1}
+    spec = options.target
+    return streamed(program, parts, lambda nbytes, dtype: sends_in_parts(nbytes, dtype, spec))
+
+
+def streamed(
+    program: Program, parts: Mapping[str, int], send: Callable[[int, str], bool]
+) -> Program:
+    """The rewrite itself, whatever the cost model would say: each input ``x`` in ``parts``
+    copied in ``parts[x]`` row parts (where its rows divide and, if a cut op is a matmul cut
+    along its rows, the parts are whole row blocks), and each output joined from row tiles
+    sent back part by part where ``send(smallest part's bytes, dtype)`` says so."""
     nodes: list[Node] = list(program.nodes)
     tensors: dict[str, Tensor] = {}
-    for plan in plan_inputs(program, options):
-        if plan.parts > 1:
-            nodes = _split_input(program, nodes, tensors, plan.name, plan.parts)
+    for name, count in parts.items():
+        rows = program.tensors[name].type.shape[0]
+        if count > 1 and rows % count == 0:
+            blocks = _stream(program, name).row_blocks
+            if not (blocks and rows // count % ROW_BLOCK):
+                nodes = _split_input(program, nodes, tensors, name, count)
     split = _read_parts(replace(program, nodes=nodes, tensors={**program.tensors, **tensors}))
-    sent = _send_outputs(split, options.target)
+    sent = _send_outputs(split, send)
     return program if sent == program.nodes else replace(split, nodes=sent)
 
 
@@ -365,9 +381,9 @@ def _fresh(name: str, program: Program, made: dict[str, Tensor]) -> str:
 # --- outputs ------------------------------------------------------------------------------
 
 
-def _send_outputs(program: Program, spec: DeviceSpec) -> list[Node]:
+def _send_outputs(program: Program, send: Callable[[int, str], bool]) -> list[Node]:
     """The program's nodes with a ``to_host`` of each part of an output joined along axis 0,
-    right after the part is computed, where a part's transfer outweighs a copy's fixed cost."""
+    right after the part is computed, where ``send`` says it pays for the smallest part."""
     made = {n.output: n for n in program.nodes if isinstance(n, OpNode)}
     count = uses(program)
     parts: set[str] = set()
@@ -384,7 +400,7 @@ def _send_outputs(program: Program, spec: DeviceSpec) -> list[Node]:
         ):
             continue
         smallest = min(program.tensors[p].type.nbytes for p in join.inputs)
-        if sends_in_parts(smallest, t.type.dtype, spec):
+        if send(smallest, t.type.dtype):
             parts.update(join.inputs)
     if not parts:
         return list(program.nodes)
