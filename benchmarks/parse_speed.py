@@ -1,23 +1,40 @@
-"""How fast the front end reads programs: parse and check time for generated 1k–10k-line files.
+"""How fast the front end reads programs: written out line by line, and written with a loop.
 
-    python benchmarks/parse_speed.py            # 1,000 and 10,000 lines
-    python benchmarks/parse_speed.py 50000      # other sizes
+    python benchmarks/parse_speed.py                      # 1k and 10k lines; 10k and 100k tasks
+    python benchmarks/parse_speed.py --lines 50000        # other sizes
+    python benchmarks/parse_speed.py --tasks 1000000      # a million operations
 
-The generated program reads like a long hand-written model: a few weights declared every
-twenty lines, bindings of one to three ops each (matmul, bias add, activations, norms, scalar
-scaling), comments and blank lines. Times are CPU seconds, the best of several runs (as
-``timeit`` reports), so other processes on the machine disturb them as little as possible.
+Two kinds of program:
+
+* **Lines**: a program that reads like a long hand-written model: a few weights declared every
+  twenty lines, bindings of one to three ops each (matmul, bias add, activations, norms,
+  scalar scaling), comments and blank lines. The parse (text to syntax tree) and the check
+  (syntax tree to IR) are timed apart.
+* **Tasks**: the synthetic-kernel DAG of ``benchmarks/peers.py`` (layers of 16 kernels, each
+  after one to three of the layer before), whose program repeats a block of layers with a
+  ``for`` loop, parsed and checked by ``rtgraph.parse`` as a user calls it (the front end
+  once, the device's memory from the program's ``device`` line): µs per task and the process's
+  peak resident memory so far (sizes run in increasing order).
+
+Times are CPU seconds, the best of several runs (one run at a million tasks), so other
+processes on the machine disturb them as little as possible.
 """
 
 from __future__ import annotations
 
+import argparse
 import random
+import resource
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from peers import layered_dag, rtg_text  # the DAG of issue 14's side-by-side measurement
+
+import rtgraph
 from rtgraph.frontend import _gc_paused
 from rtgraph.frontend.checker import check_module
 from rtgraph.frontend.parser import grammar, parse_module
@@ -75,13 +92,14 @@ def generate(lines: int, seed: int = 0) -> str:
 def best_time(fn, repeat: int) -> tuple[float, object]:
     best, result = float("inf"), None
     for _ in range(repeat):
+        result = None  # the last run's product is freed before the next is made
         start = time.process_time()
         result = fn()
         best = min(best, time.process_time() - start)
     return best, result
 
 
-def measure(lines: int, repeat: int = 5) -> dict:
+def measure_lines(lines: int, repeat: int = 5) -> dict:
     text = generate(lines)
     with _gc_paused():
         parse_s, (module, _) = best_time(lambda: parse_module(text, "generated.rtg"), repeat)
@@ -94,17 +112,46 @@ def measure(lines: int, repeat: int = 5) -> dict:
     }
 
 
+def measure_tasks(tasks: int) -> dict:
+    text = rtg_text(layered_dag(tasks))
+    repeat = 1 if tasks > 200_000 else 3
+    seconds, program = best_time(lambda: rtgraph.parse(text, "tasks.rtg"), repeat)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux: KiB
+    return {"tasks": len(program.nodes), "lines": text.count("\n"), "s": seconds, "peak": peak}
+
+
+def _sizes(text: str) -> list[int]:
+    return [int(s) for s in text.split(",") if s]
+
+
 def main(argv: list[str]) -> None:
-    sizes = [int(a) for a in argv] or [1_000, 10_000]
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--lines", type=_sizes, default=[1_000, 10_000])
+    parser.add_argument("--tasks", type=_sizes, default=[10_000, 100_000])
+    args = parser.parse_args(argv)
     grammar()  # built once per process; not part of any measurement
-    print(f"{'lines':>8} {'ops':>7} {'parse s':>9} {'check s':>9} {'total s':>9} {'lines/s':>10}")
-    for size in sizes:
-        r = measure(size)
-        total = r["parse"] + r["check"]
+    if args.lines:
+        print("programs written line by line: parse and check")
         print(
-            f"{r['lines']:>8,} {r['nodes']:>7,} {r['parse']:>9.3f} {r['check']:>9.3f} "
-            f"{total:>9.3f} {r['lines'] / total:>10,.0f}"
+            f"{'lines':>8} {'ops':>7} {'parse s':>9} {'check s':>9} {'total s':>9} "
+            f"{'lines/s':>10} {'µs/op':>7}"
         )
+        for size in args.lines:
+            r = measure_lines(size)
+            total = r["parse"] + r["check"]
+            print(
+                f"{r['lines']:>8,} {r['nodes']:>7,} {r['parse']:>9.3f} {r['check']:>9.3f} "
+                f"{total:>9.3f} {r['lines'] / total:>10,.0f} {total / r['nodes'] * 1e6:>7.1f}"
+            )
+    if args.tasks:
+        print("synthetic-kernel DAGs written with a loop: rtgraph.parse")
+        print(f"{'tasks':>10} {'lines':>6} {'s':>8} {'µs/task':>8} {'peak MB':>8}")
+        for size in sorted(args.tasks):
+            r = measure_tasks(size)
+            print(
+                f"{r['tasks']:>10,} {r['lines']:>6,} {r['s']:>8.3f} "
+                f"{r['s'] / r['tasks'] * 1e6:>8.1f} {r['peak'] / 2**20:>8,.0f}"
+            )
 
 
 if __name__ == "__main__":

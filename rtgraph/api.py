@@ -58,11 +58,13 @@ def load(
     device: str | DeviceSpec | None = None,
     **kwparams: int,
 ) -> Program:
-    """Parse and check a ``.rtg`` file; ``params`` (or keywords) override its parameters."""
+    """Parse and check a ``.rtg`` file; ``params`` (or keywords) override its parameters.
+
+    Tensors must fit in the memory of ``device`` (a name, a path or a spec), else of the
+    device the program names, else of the default device; the file is parsed and checked once.
+    """
     merged = {**(params or {}), **kwparams}
-    program = frontend.load(os.fspath(path), merged or None, device_capacity=None)
-    capacity = device_for(device, program.device).memory.capacity
-    return frontend.load(os.fspath(path), merged or None, device_capacity=capacity)
+    return frontend.load(os.fspath(path), merged or None, capacity_for=_capacity_for(device))
 
 
 def parse(
@@ -73,11 +75,14 @@ def parse(
     device: str | DeviceSpec | None = None,
     **kwparams: int,
 ) -> Program:
-    """Parse and check program text."""
+    """Parse and check program text (the device as for :func:`load`)."""
     merged = {**(params or {}), **kwparams}
-    program = frontend.parse(text, filename, merged or None)
-    capacity = device_for(device, program.device).memory.capacity
-    return frontend.parse(text, filename, merged or None, device_capacity=capacity)
+    return frontend.parse(text, filename, merged or None, capacity_for=_capacity_for(device))
+
+
+def _capacity_for(given: str | DeviceSpec | None) -> frontend.CapacityFor:
+    """The memory of the device a program runs on, given the one it names (see device_for)."""
+    return lambda named: device_for(given, named).memory.capacity
 
 
 def compile(

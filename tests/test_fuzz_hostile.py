@@ -25,8 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rtgraph.errors import RtgError, RtgErrors, RtgSyntaxError
-from rtgraph.frontend import MAX_SOURCE_BYTES, load, parse
-from rtgraph.frontend.checker import MAX_STEPS
+from rtgraph.frontend import MAX_SOURCE_BYTES, limits, load, parse
 from rtgraph.frontend.emit import MAX_ERRORS
 from rtgraph.frontend.lexer import MAX_TOKENS
 
@@ -57,6 +56,18 @@ DEFAULT_EXAMPLES = {
 SLOW_FACTOR = 20
 
 _PROGRAM = "program p(N = 4) {{\n    input x : f32[4]\n{}\n}}\n"
+
+#: The step and operation limits these programs are written for (RTGRAPH_MAX_STEPS and
+#: RTGRAPH_MAX_OPS, set for every test here): at the default limits, sized for programs of
+#: millions of operations, a valid program near them takes seconds to check, not one.
+MAX_STEPS = 100_000
+MAX_OPS = 200_000
+
+
+@pytest.fixture(autouse=True)
+def _hostile_limits(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(limits.STEPS, str(MAX_STEPS))
+    monkeypatch.setenv(limits.OPS, str(MAX_OPS))
 
 
 def _outcome(text: str) -> str:

@@ -1,8 +1,11 @@
 """The syntax tree of a .rtg file: what was written, where, before any meaning is given to it.
 
-Nodes are frozen dataclasses carrying the :class:`~rtgraph.errors.Span` they were written at,
-so every later diagnostic can point at the exact token. Pipes are already desugared
-(``x |> f(a)`` is the :class:`Call` ``f(x, a)``); everything else mirrors the source.
+Nodes are dataclasses carrying the :class:`~rtgraph.errors.Span` they were written at (a lazy
+:class:`~rtgraph.frontend.positions.SourceSpan`), so every later diagnostic can point at the
+exact token. Pipes are already desugared (``x |> f(a)`` is the :class:`Call` ``f(x, a)``);
+everything else mirrors the source. Nothing changes a node once the parser made it; nodes are
+not frozen only because a frozen dataclass takes four times as long to make, and a large
+program has millions of them.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ from dataclasses import dataclass
 from rtgraph.errors import Source, Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Ident:
     """A name as written, with its own span (declarations point here)."""
 
@@ -23,13 +26,13 @@ class Ident:
 # --- expressions ---------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Name:
     id: str
     span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Number:
     """An int (decimal or hex) or float literal, already converted."""
 
@@ -37,19 +40,19 @@ class Number:
     span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class String:
     value: str
     span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ListExpr:
     items: tuple[Expr, ...]
     span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BinOp:
     """``left op right`` for op in ``+ - * / % @``; ``op_span`` is the operator token."""
 
@@ -60,13 +63,13 @@ class BinOp:
     op_span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Neg:
     operand: Expr
     span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Keyword:
     """``name = value`` inside a call's argument list."""
 
@@ -75,7 +78,7 @@ class Keyword:
     span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Call:
     """``func(args..., kw = v...)``; ``piped`` when written ``args[0] |> func(...)``."""
 
@@ -86,7 +89,7 @@ class Call:
     piped: bool = False
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Index:
     """``name[i, ...]`` — an element of a param array."""
 
@@ -95,7 +98,7 @@ class Index:
     span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Fused:
     """``fused { t = ...; return expr }``: the body's ops run as one fused task."""
 
@@ -109,7 +112,7 @@ Expr = Name | Number | String | ListExpr | BinOp | Neg | Call | Index | Fused
 # --- statements ----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class TypeExpr:
     """``dtype[dim, ...]``; ``dims`` is None for a bare dtype (a scalar)."""
 
@@ -118,7 +121,7 @@ class TypeExpr:
     span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class InputDecl:
     name: Ident
     type: TypeExpr
@@ -126,7 +129,7 @@ class InputDecl:
     span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ParamDecl:
     name: Ident
     count: Expr | None
@@ -135,14 +138,14 @@ class ParamDecl:
     span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ConstDecl:
     name: Ident
     value: Expr
     span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class BufferDecl:
     name: Ident
     type: TypeExpr
@@ -150,34 +153,34 @@ class BufferDecl:
     span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Binding:
     name: Ident
     value: Expr
     span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Output:
     name: Ident
     value: Expr | None
     span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StreamItem:
     name: Ident
     options: tuple[Keyword, ...]
     span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class StreamDecl:
     streams: tuple[StreamItem, ...]
     span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class EventItem:
     """``e`` or ``e[N]`` (an array of N events) in an ``event`` declaration."""
 
@@ -186,13 +189,13 @@ class EventItem:
     span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class EventDecl:
     events: tuple[EventItem, ...]
     span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class EventRef:
     """``e`` or ``e[i]``: one event, or one element of an event array."""
 
@@ -201,37 +204,37 @@ class EventRef:
     span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class OnBlock:
     stream: Ident
     body: tuple[Stmt, ...]
     span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Record:
     event: EventRef
     span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Wait:
     event: EventRef
     span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Barrier:
     span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Sync:
     target: EventRef | None
     span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Callback:
     name: str
     after: Ident
@@ -239,7 +242,7 @@ class Callback:
     span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ForLoop:
     var: Ident
     start: Expr
@@ -248,7 +251,7 @@ class ForLoop:
     span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Return:
     value: Expr
     span: Span
@@ -277,20 +280,20 @@ Stmt = (
 # --- items ---------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class DeviceDirective:
     name: str
     span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ProgramParam:
     name: Ident
     default: Expr | None
     span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class FnDef:
     name: Ident
     params: tuple[Ident, ...]
@@ -298,7 +301,7 @@ class FnDef:
     span: Span
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ProgramDef:
     name: Ident
     params: tuple[ProgramParam, ...]
@@ -309,7 +312,7 @@ class ProgramDef:
 Item = DeviceDirective | FnDef | ProgramDef
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Module:
     """A whole .rtg file."""
 

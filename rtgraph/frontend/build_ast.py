@@ -2,10 +2,12 @@
 
 The LALR driver in :mod:`~rtgraph.frontend.parser` calls one :class:`AstBuilder` method per
 grammar rule (named after the rule or its alias) with all of the rule's children — tokens
-included, so every node's span runs exactly from its first token to its last. Pipes are
-desugared here (``x |> f(a)`` is the call ``f(x, a)``). Malformed literals (``1e999``, an
-integer beyond 2**63 - 1) are collected as errors and stand as numbers without a value, which
-the checker treats as already reported.
+(``(kind, text, offset)`` tuples, :mod:`~rtgraph.frontend.lexer`) included, so every node's
+span runs exactly from its first token to its last. A span is a
+:class:`~rtgraph.frontend.positions.SourceSpan` (two offsets; a line and a column only when
+asked). Pipes are desugared here (``x |> f(a)`` is the call ``f(x, a)``). Malformed literals
+(``1e999``, an integer beyond 2**63 - 1) are collected as errors and stand as numbers without a
+value, which the checker treats as already reported.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from rtgraph.errors import RtgError, RtgSyntaxError, Source, Span
+from rtgraph.errors import RtgError, RtgSyntaxError, Source
 from rtgraph.frontend import ast
-from rtgraph.frontend.lexer import Tok
+from rtgraph.frontend.lexer import Token
+from rtgraph.frontend.positions import Lines, SourceSpan
 
 #: Largest integer literal; compile-time arithmetic stays below it too.
 INT_LIMIT = 2**63 - 1
@@ -32,16 +35,16 @@ class _Block:
     """A braced statement list, kept only until its owner takes the statements."""
 
     stmts: tuple
-    span: Span
+    span: SourceSpan
 
 
 def _nodes(children: list) -> list:
-    """The children that are AST nodes (tokens dropped)."""
-    return [c for c in children if not isinstance(c, Tok)]
+    """The children that are AST nodes (tokens, the tuples, dropped)."""
+    return [c for c in children if type(c) is not tuple]
 
 
-def _tokens(children: list, kind: str) -> list[Tok]:
-    return [c for c in children if isinstance(c, Tok) and c.type == kind]
+def _tokens(children: list, kind: str) -> list[Token]:
+    return [c for c in children if type(c) is tuple and c[0] == kind]
 
 
 class AstBuilder:
@@ -49,26 +52,22 @@ class AstBuilder:
 
     def __init__(self, source: Source) -> None:
         self.source = source
+        self.lines = Lines(source)
         self.errors: list[RtgError] = []
 
     # --- spans -----------------------------------------------------------------------------
-    def tok_span(self, tok: Tok) -> Span:
-        return Span(self.source, tok.line, tok.column, tok.end_line, tok.end_column)
+    def tok_span(self, tok: Token) -> SourceSpan:
+        start = tok[2]
+        return SourceSpan(self.lines, start, start + len(tok[1]))
 
-    def span(self, children: list) -> Span:
+    def span(self, children: list) -> SourceSpan:
         first, last = children[0], children[-1]
-        if isinstance(first, Tok):
-            line, col = first.line, first.column
-        else:
-            line, col = first.span.line, first.span.col
-        if isinstance(last, Tok):
-            end_line, end_col = last.end_line, last.end_column
-        else:
-            end_line, end_col = last.span.end_line, last.span.end_col
-        return Span(self.source, line, col, end_line, end_col)
+        start = first[2] if type(first) is tuple else first.span.start_offset
+        end = last[2] + len(last[1]) if type(last) is tuple else last.span.end_offset
+        return SourceSpan(self.lines, start, end)
 
-    def ident(self, tok: Tok) -> ast.Ident:
-        return ast.Ident(str(tok), self.tok_span(tok))
+    def ident(self, tok: Token) -> ast.Ident:
+        return ast.Ident(tok[1], self.tok_span(tok))
 
     def names(self, children: list) -> list[ast.Ident]:
         return [self.ident(t) for t in _tokens(children, "NAME")]
@@ -108,7 +107,7 @@ class AstBuilder:
         return ast.ParamDecl(self.ident(c[1]), count, rest[0], hint, self.span(c))
 
     def alloc_hint(self, c: list) -> ast.Ident:
-        return ast.Ident(str(c[1]), self.span(c))
+        return ast.Ident(c[1][1], self.span(c))
 
     def type(self, c: list) -> ast.TypeExpr:
         dims = tuple(_nodes(c)) if len(c) > 1 else None
@@ -170,18 +169,19 @@ class AstBuilder:
 
     # --- expressions -----------------------------------------------------------------------
     def name(self, c: list) -> ast.Name:
-        return ast.Name(str(c[0]), self.tok_span(c[0]))
+        tok = c[0]
+        return ast.Name(tok[1], self.tok_span(tok))
 
     def int(self, c: list) -> ast.Number:
         tok = c[0]
         span = self.tok_span(tok)
-        digits = str(tok).replace("_", "")
+        digits = tok[1].replace("_", "")
         # Python refuses int() of very long digit strings; anything that long is too large.
-        value = None if len(digits) > 40 else int(digits, 16 if tok.type == "HEX" else 10)
+        value = None if len(digits) > 40 else int(digits, 16 if tok[0] == "HEX" else 10)
         if value is None or value > INT_LIMIT:
             self.errors.append(
                 RtgSyntaxError(
-                    f"integer literal {short(str(tok))} is too large",
+                    f"integer literal {short(tok[1])} is too large",
                     span,
                     hint=f"integers must be at most 2**63 - 1 = {INT_LIMIT}",
                 )
@@ -192,11 +192,11 @@ class AstBuilder:
     def float(self, c: list) -> ast.Number:
         tok = c[0]
         span = self.tok_span(tok)
-        value = float(str(tok).replace("_", ""))
+        value = float(tok[1].replace("_", ""))
         if value == float("inf"):
             self.errors.append(
                 RtgSyntaxError(
-                    f"float literal {short(str(tok))} is out of range",
+                    f"float literal {short(tok[1])} is out of range",
                     span,
                     hint="the largest float is about 1.8e308",
                 )
@@ -206,7 +206,7 @@ class AstBuilder:
 
     def string(self, c: list) -> ast.String:
         tok = c[0]
-        return ast.String(_unescape(str(tok)[1:-1]), self.tok_span(tok))
+        return ast.String(_unescape(tok[1][1:-1]), self.tok_span(tok))
 
     def list(self, c: list) -> ast.ListExpr:
         return ast.ListExpr(tuple(_nodes(c)), self.span(c))
@@ -224,7 +224,7 @@ class AstBuilder:
         return ast.Neg(operand, self.span(c))
 
     def binop(self, c: list) -> ast.BinOp:
-        return ast.BinOp(str(c[1]), c[0], c[2], self.span(c), self.tok_span(c[1]))
+        return ast.BinOp(c[1][1], c[0], c[2], self.span(c), self.tok_span(c[1]))
 
     def index(self, c: list) -> ast.Index:
         return ast.Index(self.ident(c[0]), tuple(_nodes(c)), self.span(c))

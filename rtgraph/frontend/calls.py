@@ -16,10 +16,20 @@ from collections.abc import Sequence
 from typing import Any
 
 from rtgraph.dtypes import DTYPES
-from rtgraph.errors import CheckError, DTypeError, RtgError, ShapeError, Span, did_you_mean
+from rtgraph.errors import (
+    CheckError,
+    DTypeError,
+    RtgError,
+    ShapeError,
+    Source,
+    Span,
+    did_you_mean,
+)
 from rtgraph.frontend import ast, consteval
 from rtgraph.frontend.attrs import SYMBOLIC_KINDS, AttrError, Symbol, convert
+from rtgraph.frontend.call_plans import CallPlan, plan_call
 from rtgraph.frontend.emit import Diagnostics, IRBuilder
+from rtgraph.frontend.positions import SourceSpan
 from rtgraph.frontend.values import POISON, Scope, Value, describe, format_number, is_number
 from rtgraph.ir.graph import OpNode, Tensor, TensorType
 from rtgraph.ops import OpDef, OpError
@@ -32,6 +42,8 @@ _ERROR_KIND = {"shape": ShapeError, "dtype": DTypeError, "attr": CheckError}
 COMMON_ATTRS = ("block_dim", "after")
 #: Tensor kinds that some task produces (so they can be waited for with after=/callback).
 PRODUCED_KINDS = ("value", "token", "input")
+#: Tensor kinds that carry no data (no op takes them as an operand).
+_NO_DATA = ("token", "buffer")
 
 
 def _has_poison(value: Value) -> bool:
@@ -56,11 +68,15 @@ class CallChecker:
     scope: Scope
     stream: str | None
 
-    def __init__(self, lines: list[str], diagnostics: Diagnostics, ir: IRBuilder) -> None:
-        self.lines = lines
+    def __init__(self, source: Source, diagnostics: Diagnostics, ir: IRBuilder) -> None:
+        self.source = source
         self.diagnostics = diagnostics
         self.ir = ir
         self.depth = 0
+        #: Per op call written (by ``id``), the op, the call and the parts of its check that
+        #: depend on no name (:mod:`~rtgraph.frontend.call_plans`).
+        self.plans: dict[int, tuple[OpDef, ast.Call, CallPlan]] = {}
+        self.checked_once: set[int] = set()
 
     # --- reporting -------------------------------------------------------------------------
     def error(
@@ -75,9 +91,12 @@ class CallChecker:
 
     def text(self, span: Span) -> str:
         """The source text of a one-line span ('' for a longer one)."""
-        if span.line != span.end_line or not 1 <= span.line <= len(self.lines):
+        if isinstance(span, SourceSpan):  # the offsets say it without a line or column
+            text, start, end = self.source.text, span.start_offset, span.end_offset
+            return "" if text.find("\n", start, end) >= 0 else text[start:end]
+        if span.line != span.end_line:
             return ""
-        return self.lines[span.line - 1][span.col - 1 : span.end_col - 1]
+        return self.source.line(span.line)[span.col - 1 : span.end_col - 1]
 
     def display(self, span: Span, fallback: str) -> str:
         text = self.text(span)
@@ -101,6 +120,9 @@ class CallChecker:
         ``after``, a kernel's footprint. ``evaluated`` are the arguments' values when the
         caller has already evaluated them.
         """
+        planned = self.plans.get(id(call))
+        if planned is not None and planned[0] is op and planned[1] is call:
+            return self.call_planned(op, planned[2], call, bind, evaluated)
         args = call.args
         n_tensors = len(args)
         if op.positional_attrs and op.max_args is not None:
@@ -117,10 +139,63 @@ class CallChecker:
         if op.name == "kernel" and ok and not self.kernel_footprint(attrs, given):
             ok = False
         _dedupe_names(op, attrs)
+        if arity_ok and given_ok:  # planned where it repeats: in a loop, or seen before
+            key = id(call)
+            if not self.scope.loop and key not in self.checked_once:
+                self.checked_once.add(key)
+            elif (plan := plan_call(op, n_tensors, given, after_expr)) is not None:
+                self.plans[key] = (op, call, plan)
         if not ok or any(v is POISON for v in values):
             return POISON
         return self.apply(
             op, values, spans, attrs, attr_spans, after, call.span, call.func.span, bind
+        )
+
+    def call_planned(
+        self,
+        op: OpDef,
+        plan: CallPlan,
+        call: ast.Call,
+        bind: Bind | None,
+        evaluated: Sequence[Value] | None,
+    ) -> Value:
+        """:meth:`call_op` for a call checked before: only what depends on names is checked
+        again (the arguments, attributes that are not literals, ``after``, the footprint)."""
+        n = plan.n_tensors
+        args = call.args[:n] if n else ()
+        values = list(evaluated[:n]) if evaluated else [self.eval(a) for a in args]
+        ok = True
+        if plan.known is not None:
+            attrs = plan.known.copy()
+        else:
+            attrs = {}
+            for name, value, dynamic in plan.items:
+                if dynamic is not None:
+                    kind, choices, expr, span, block_dim = dynamic
+                    if block_dim:
+                        value = self._block_dim(op, expr, span)
+                    else:
+                        value = self.attr_value(op, name, kind, choices, expr, span)
+                    if value is POISON:
+                        ok = False
+                attrs[name] = value
+        after: tuple[str, ...] | None = ()
+        if plan.after is not None:
+            after = self.after_names(plan.after.value)
+            if after is None:
+                after, ok = (), False
+        if plan.footprint and ok and not self.kernel_footprint(attrs, plan.given):
+            ok = False
+        for k in plan.names:
+            if isinstance(attrs[k], tuple):
+                attrs[k] = tuple(
+                    dict.fromkeys(r.name if isinstance(r, Tensor) else r for r in attrs[k])
+                )
+        if not ok or (values and any(v is POISON for v in values)):
+            return POISON
+        spans = [a.span for a in args] if n else []
+        return self.apply(
+            op, values, spans, attrs, plan.attr_spans, after, call.span, call.func.span, bind
         )
 
     def _check_arity(self, op: OpDef, call: ast.Call, n_tensors: int) -> bool:
@@ -291,6 +366,20 @@ class CallChecker:
         return refs if ok else None
 
     def after_names(self, expr: ast.Expr) -> tuple[str, ...] | None:
+        """The tensor names ``after=`` waits for, each once (None after reporting why not)."""
+        items = expr.items if isinstance(expr, ast.ListExpr) else (expr,)
+        found: list[str] = []
+        lookup = self.scope.lookup
+        for item in items:  # the common case, every name a task's result, without a detour
+            bound = lookup(item.id) if isinstance(item, ast.Name) else None
+            value = bound.value if bound is not None else None
+            if not isinstance(value, Tensor) or value.kind not in PRODUCED_KINDS:
+                return self.checked_after_names(expr)
+            found.append(value.name)
+        return tuple(dict.fromkeys(found))
+
+    def checked_after_names(self, expr: ast.Expr) -> tuple[str, ...] | None:
+        """:meth:`after_names`, reporting every name that is not a task's result."""
         refs = self.name_list(expr, "after=")
         if refs is None:
             return None
@@ -350,12 +439,15 @@ class CallChecker:
         become scalar constants, the op's ``infer`` rule gives the result type, and the node
         is emitted with its output bound to ``bind`` or to a new temporary.
         """
-        wrong = self._operand_error(op, values, spans, op_span)
-        if wrong is not None:
-            return wrong
-        inputs = self._operands(op, values, spans)
-        if inputs is None:
-            return POISON
+        if not values or all(isinstance(v, Tensor) and v.kind not in _NO_DATA for v in values):
+            inputs = values  # the common case: every operand a tensor that carries data
+        else:
+            wrong = self._operand_error(op, values, spans, op_span)
+            if wrong is not None:
+                return wrong
+            inputs = self._operands(op, values, spans)
+            if inputs is None:
+                return POISON
         out_type = self._infer(op, inputs, attrs, spans, attr_spans, op_span)
         if out_type is None:
             return POISON
@@ -367,17 +459,8 @@ class CallChecker:
         if kind != "token" and not self.ir.fits(label, out_type, span):
             return POISON
         out = self.ir.tensor(name, out_type, kind, span, label)
-        self.ir.emit(
-            OpNode(
-                op.name,
-                tuple(t.name for t in inputs),
-                out.name,
-                attrs,
-                span=span,
-                stream=self.stream,
-                after=after,
-            )
-        )
+        inputs_named = tuple([t.name for t in inputs])
+        self.ir.emit(OpNode(op.name, inputs_named, out.name, attrs, span, self.stream, after))
         return out
 
     def _operand_error(

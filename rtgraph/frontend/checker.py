@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 from rtgraph.device import device_name_problem
 from rtgraph.errors import CheckError, RtgError, Span, did_you_mean
-from rtgraph.frontend import ast, consteval, emit
+from rtgraph.frontend import ast, consteval, limits
 from rtgraph.frontend.buffers import PlacedBuffer, check_placement
 from rtgraph.frontend.calls import Bind
 from rtgraph.frontend.emit import Diagnostics, IRBuilder, ProgramTooLarge
@@ -32,10 +32,12 @@ from rtgraph.ir.graph import Program, Tensor
 from rtgraph.ops import language_op
 
 #: Steps run before checking gives up on a program: statements, loop iterations and function
-#: calls inlined. A loop or a call whose fewest steps would pass it is refused before it runs;
-#: reached step by step (no loop or call passes it at once), it stops a program within a
-#: second or so (a call inlined costs about 10 µs, an empty iteration about 1 µs).
-MAX_STEPS = 100_000
+#: calls inlined (``RTGRAPH_MAX_STEPS`` overrides it; :mod:`~rtgraph.frontend.limits`). Twice
+#: :data:`~rtgraph.frontend.emit.MAX_NODES`: a program at the operation limit also runs its
+#: loop iterations and calls. A loop or a call whose fewest steps would pass it is refused
+#: before it runs; reached step by step (no loop or call passes it at once), it stops a
+#: program within seconds (an empty iteration costs about 1 µs).
+MAX_STEPS = 4_000_000
 #: Deepest chain of nested function calls.
 MAX_CALL_DEPTH = 64
 
@@ -45,9 +47,7 @@ class Checker(FusionChecker):
 
     def __init__(self, module: ast.Module, device_capacity: int | None = None) -> None:
         diagnostics = Diagnostics()
-        super().__init__(
-            module.source.text.split("\n"), diagnostics, IRBuilder(diagnostics, device_capacity)
-        )
+        super().__init__(module.source, diagnostics, IRBuilder(diagnostics, device_capacity))
         self.module = module
         self.globals = Scope(None)
         self.program_scope = Scope(self.globals)
@@ -65,6 +65,7 @@ class Checker(FusionChecker):
         self.copied: dict[tuple[str, str], Span] = {}  # placed host copies, where written
         self.buffers: list[PlacedBuffer] = []
         self.steps = 0
+        self.max_steps = limits.effective(limits.STEPS, MAX_STEPS)
         self.functions: dict[str, ast.FnDef] = {}
         self.abstract = False  # checking a function body without arguments
 
@@ -209,16 +210,18 @@ class Checker(FusionChecker):
     # --- statements ------------------------------------------------------------------------
     def run_block(self, body: tuple[ast.Stmt, ...]) -> None:
         for stmt in body:
-            self.tick(stmt.span)
+            self.steps += 1  # self.tick(stmt.span), inline: it runs for every statement
+            if self.steps > self.max_steps:
+                self.tick(stmt.span, 0)
             _STATEMENTS[type(stmt)](self, stmt)
 
     def tick(self, span: Span, steps: int = 1) -> None:
         """Count statements and loop iterations run; stop a program that runs away."""
         self.steps += steps
-        if self.steps > MAX_STEPS:
+        if self.steps > self.max_steps:
             raise ProgramTooLarge(
                 CheckError(
-                    f"the program runs more than {MAX_STEPS:,} statements when unrolled",
+                    f"the program runs more than {self.max_steps:,} statements when unrolled",
                     span,
                     hint="loops are unrolled at compile time; lower the loop bounds or parameters",
                 )
@@ -306,8 +309,8 @@ class Checker(FusionChecker):
         least = (Cost(1) + block_cost(st.body, self.callee_cost, self.known_int)).times(
             stop - start
         )
-        if self.steps + least.steps > MAX_STEPS:
-            self.tick(header, MAX_STEPS)
+        if self.steps + least.steps > self.max_steps:
+            self.tick(header, self.max_steps)
         self.check_nodes(least.nodes, header, "loops are unrolled at compile time")
         outer = self.scope
         try:
@@ -340,10 +343,10 @@ class Checker(FusionChecker):
 
     def check_nodes(self, more: int, span: Span, why: str) -> None:
         """Refuse to make ``more`` nodes (at least) when they would pass ``MAX_NODES``."""
-        if len(self.ir.nodes) + more > emit.MAX_NODES:
+        if len(self.ir.nodes) + more > self.ir.max_nodes:
             raise ProgramTooLarge(
                 CheckError(
-                    f"the program expands to more than {emit.MAX_NODES:,} operations",
+                    f"the program expands to more than {self.ir.max_nodes:,} operations",
                     span,
                     hint=f"{why}; this makes at least {more:,} operations",
                 )
@@ -411,10 +414,10 @@ class Checker(FusionChecker):
             )
         cost = self.costs.get(name, Cost(1))
         self.check_nodes(cost.nodes, call.func.span, f"'{name}' is inlined at every call")
-        if self.steps + cost.steps > MAX_STEPS:  # refused before inlining 2**n calls
+        if self.steps + cost.steps > self.max_steps:  # refused before inlining 2**n calls
             raise ProgramTooLarge(
                 CheckError(
-                    f"the program runs more than {MAX_STEPS:,} statements when unrolled",
+                    f"the program runs more than {self.max_steps:,} statements when unrolled",
                     call.func.span,
                     hint=f"a call of '{name}' runs at least {cost.steps:,} statements and "
                     "calls: functions are inlined at every call",
@@ -465,6 +468,15 @@ _STATEMENTS = {
     ast.ForLoop: Checker.s_for,
     ast.Return: Checker.s_return,
 }
+
+
+def named_device(module: ast.Module) -> str | None:
+    """The device ``module``'s ``device "…"`` line names: the first well-formed one, as
+    :meth:`Checker.items` takes it (the checker reports a malformed or repeated one)."""
+    for item in module.items:
+        if isinstance(item, ast.DeviceDirective) and device_name_problem(item.name) is None:
+            return item.name
+    return None
 
 
 def check_module(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from rtgraph.errors import CapacityError, CheckError, RtgError, Span, raise_all
+from rtgraph.frontend import limits
 from rtgraph.frontend.values import format_number
 from rtgraph.ir.graph import (
     CallbackNode,
@@ -27,9 +28,12 @@ from rtgraph.ir.graph import (
 #: Bytes no tensor or buffer may reach, device or not: 256 TiB, beyond any real part.
 ADDRESS_LIMIT = 2**48
 
-#: IR nodes one program may expand to (after inlining functions and unrolling loops): far
-#: beyond any model, and reached in seconds, so a runaway program fails fast.
-MAX_NODES = 200_000
+#: IR nodes (operations) one program may expand to, after inlining functions and unrolling
+#: loops (``RTGRAPH_MAX_OPS`` overrides it; :mod:`~rtgraph.frontend.limits`). Sized by memory:
+#: the front end holds about 0.75 KB per operation (a program of a million kernels written
+#: with a loop peaks at 0.8 GB, one at the limit at 1.5 GB); a runaway program is refused
+#: before the loop or call that would pass it runs.
+MAX_NODES = 2_000_000
 
 #: Distinct errors one check reports; the next one ends checking with "too many errors;
 #: stopping" (a file of 20,000 mistakes would otherwise be checked, and shown, in full).
@@ -118,6 +122,7 @@ class IRBuilder:
         self._temps = 0
         self._consts = 0
         self.declared = 0
+        self.max_nodes = limits.effective(limits.OPS, MAX_NODES)
 
     def fresh(self, candidate: str) -> str:
         """``candidate``, or ``candidate#k`` for the first ``k`` not yet taken."""
@@ -254,10 +259,10 @@ class IRBuilder:
 
     def emit(self, node: Node) -> None:
         self.nodes.append(node)
-        if len(self.nodes) > MAX_NODES:
+        if len(self.nodes) > self.max_nodes:
             raise ProgramTooLarge(
                 CheckError(
-                    f"the program expands to more than {MAX_NODES:,} operations",
+                    f"the program expands to more than {self.max_nodes:,} operations",
                     getattr(node, "span", None),
                     hint="loops are unrolled and functions inlined at compile time; "
                     "lower the loop bounds or parameters",

@@ -5,10 +5,11 @@ by lark once per process.
 
 Parsing itself does not go through lark's generic parser loop, which at several microseconds a
 token could not read a 10,000-line program in well under a second: the text is tokenized by
-:mod:`~rtgraph.frontend.lexer` and driven through lark's own LALR table by :func:`_drive`,
-which calls :class:`~rtgraph.frontend.build_ast.AstBuilder` on each reduction, so no parse tree
-is ever built and the lark tree never leaves this module. When the fast path fails, lark's
-parser runs on the same text, and its exception becomes a worded error
+:mod:`~rtgraph.frontend.lexer`, a block of lines at a time (the token list of the whole text
+is never held), and driven through lark's own LALR table by :func:`_drive`, which calls
+:class:`~rtgraph.frontend.build_ast.AstBuilder` on each reduction, so no parse tree is ever
+built and the lark tree never leaves this module. When the fast path fails, lark's parser runs
+on the same text, and its exception becomes a worded error
 (:mod:`~rtgraph.frontend.syntax_errors`). Tests check that both paths tokenize alike and accept
 the same texts.
 
@@ -20,18 +21,20 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from importlib import resources
+from itertools import chain
 from pathlib import Path
 
-from lark import Lark, Token
+from lark import Lark
+from lark import Token as LarkToken
 from lark.exceptions import UnexpectedInput
 from lark.parsers.lalr_analysis import Shift
 
 from rtgraph.errors import RtgError, RtgSyntaxError, Source, Span
 from rtgraph.frontend import ast
 from rtgraph.frontend.build_ast import INT_LIMIT, AstBuilder
-from rtgraph.frontend.lexer import MAX_TOKENS, LexError, Tok, TooManyTokens, tokenize
+from rtgraph.frontend.lexer import LexError, Token, TooManyTokens, scan
 from rtgraph.frontend.syntax_errors import syntax_error
 
 __all__ = ["INT_LIMIT", "grammar", "parse_module"]
@@ -50,16 +53,16 @@ class _Separators:
 
     always_accept = ("_NL", "_SEMI")
 
-    def process(self, stream: Iterator[Token]) -> Iterator[Token]:
+    def process(self, stream: Iterator[LarkToken]) -> Iterator[LarkToken]:
         open_brackets: list[str] = []
-        pending: Token | None = None
+        pending: LarkToken | None = None
         for tok in stream:
             kind = tok.type
             if kind == "_NL" or kind == "_SEMI":
                 if kind == "_NL" and open_brackets and open_brackets[-1] != "{":
                     continue
                 if pending is None:
-                    pending = Token.new_borrow_pos("_SEP", tok.value, tok)
+                    pending = LarkToken.new_borrow_pos("_SEP", tok.value, tok)
                 continue
             if pending is not None:
                 if kind not in _CONTINUING:  # no statement starts with an infix operator
@@ -179,13 +182,18 @@ def _rule(rule) -> _Rule:
 class _Stuck(Exception):
     """The fast driver met a token the table has no action for."""
 
-    def __init__(self, tok: Tok) -> None:
-        super().__init__(tok.type)
+    def __init__(self, tok: Token) -> None:
+        super().__init__(tok[0])
         self.tok = tok
 
 
-def _drive(g: _Grammar, tokens: list[Tok], builder: AstBuilder):
-    """Run the LALR automaton over ``tokens``, building the AST with ``builder``."""
+def _drive(g: _Grammar, blocks: Iterable[list[Token]], builder: AstBuilder):
+    """Run the LALR automaton over the tokens of ``blocks``, building the AST with ``builder``.
+
+    A ``?rule`` with one child (``atom`` → ``unary`` → … → ``expr``) only changes the state;
+    the state such a chain of reductions ends in depends only on the two states on top of the
+    stack and the lookahead, so it is found once and remembered (``chains``).
+    """
     states = g.states
     # Per rule: (size, goto, callback, inlined); callback None with a goto not starting
     # with "_" is a ``?rule`` passing its one child through: only the state changes.
@@ -193,23 +201,31 @@ def _drive(g: _Grammar, tokens: list[Tok], builder: AstBuilder):
         (r.size, r.goto, getattr(builder, r.method) if r.method else None, r.inlined)
         for r in g.rules
     ]
+    passes = [r.method is None and r.size == 1 and r.goto[0] != "_" for r in g.rules]
+    chains: dict[tuple[int, int, str], int] = {}
     end_state = g.end
     stack = [g.start]
     values: list = []
-    for tok in tokens:
-        kind = tok.type
+    push_state, push_value = stack.append, values.append
+    for tok in chain.from_iterable(blocks):
+        kind = tok[0]
         while True:
-            action = states[stack[-1]].get(kind)
+            top = stack[-1]
+            action = states[top].get(kind)
             if action is None:
                 raise _Stuck(tok)
             if action >= 0:
-                stack.append(action)
-                values.append(tok)
+                push_state(action)
+                push_value(tok)
                 break
-            size, goto, callback, inlined = reductions[~action]
-            if callback is None and size == 1 and goto[0] != "_":
-                stack[-1] = states[stack[-2]][goto]
+            if passes[~action]:
+                key = (stack[-2], top, kind)
+                state = chains.get(key)
+                if state is None:
+                    state = chains[key] = _pass_through(states, passes, reductions, key)
+                stack[-1] = state
                 continue
+            size, goto, callback, inlined = reductions[~action]
             if size:
                 children = values[-size:]
                 del values[-size:]
@@ -219,11 +235,23 @@ def _drive(g: _Grammar, tokens: list[Tok], builder: AstBuilder):
             else:
                 children = []
             value = callback(children) if callback is not None else children
-            stack.append(states[stack[-1]][goto])
-            values.append(value)
+            push_state(states[stack[-1]][goto])
+            push_value(value)
             if kind == "$END" and stack[-1] == end_state:
                 return value
-    raise _Stuck(tokens[-1])
+    raise _Stuck(tok)  # the input ended (tok is $END) before the start rule did
+
+
+def _pass_through(states: dict, passes: list[bool], reductions: list, key: tuple) -> int:
+    """The state after every one-child ``?rule`` reduction the lookahead causes in a row,
+    from the top two states ``key[:2]`` (the one below stays: each reduction replaces only
+    the top)."""
+    below, state, kind = key
+    action = states[state][kind]
+    while action < 0 and passes[~action]:
+        state = states[below][reductions[~action][1]]
+        action = states[state].get(kind, 0)
+    return state
 
 
 def _splice(children: list, positions: tuple[int, ...]) -> list:
@@ -246,26 +274,34 @@ def parse_module(text: str, filename: str = "<string>") -> tuple[ast.Module, lis
     source = Source(filename, text)
     g = grammar()
     builder = AstBuilder(source)
+    blocks = scan(text, g.punctuation, g.keywords)
     try:
-        items = _drive(g, tokenize(text, g.punctuation, g.keywords), builder)
+        try:
+            items = _drive(g, blocks, builder)
+        except _Stuck:
+            # Tokenize the rest: a bad character or the token limit further on is what
+            # tokenizing the whole text first reports, so it comes before this error.
+            for _ in blocks:
+                pass
+            raise
     except (LexError, _Stuck) as stuck:
-        raise _explain(g, source, stuck) from None
+        where = stuck.offset if isinstance(stuck, LexError) else stuck.tok[2]
+        raise _explain(g, source, builder.lines.span(where, where + 1)) from None
     except TooManyTokens as e:
         raise RtgSyntaxError(
-            f"the program has more than {MAX_TOKENS:,} tokens",
-            Span(source, e.line, e.column, e.line, e.end_column),
+            f"the program has more than {e.limit:,} tokens",
+            builder.tok_span(e.token),
             hint="split the program; for loops and functions write repetition once",
         ) from None
     return ast.Module(items, source), builder.errors
 
 
-def _explain(g: _Grammar, source: Source, stuck: LexError | _Stuck) -> RtgSyntaxError:
-    """The worded error for text the fast path refused, from lark's own parser."""
+def _explain(g: _Grammar, source: Source, where: Span) -> RtgSyntaxError:
+    """The worded error for text the fast path refused (at ``where``), from lark's own
+    parser."""
     try:
         g.lark.parse(source.text)
     except UnexpectedInput as e:
         return syntax_error(e, source, g.lark)
     # Unreachable while both paths agree (tests/test_parser.py checks that they do).
-    where = stuck if isinstance(stuck, LexError) else stuck.tok
-    line, column = where.line, where.column
-    return RtgSyntaxError("syntax error", Span(source, line, column, line, column + 1))
+    return RtgSyntaxError("syntax error", where)
