@@ -77,7 +77,7 @@ from rtgraph.stream_program import (  # noqa: E402
 from rtgraph.timing.engine import Engine  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from simulate_overhead import resident_loads, task_loop  # noqa: E402
+from simulate_overhead import best_interleaved, resident_loads, task_loop  # noqa: E402
 
 UNITS = ("cube", "vector", "dma")
 
@@ -319,18 +319,6 @@ def best_of(fn, repeat: int) -> tuple[float, float]:
         wall = min(wall, time.perf_counter() - w0)
         cpu = min(cpu, time.process_time() - c0)
     return wall, cpu
-
-
-def best_interleaved(repeat: int, *fns) -> list[float]:
-    """The best process-CPU seconds of each of ``fns`` over ``repeat`` rounds that run each
-    once, in turn (a slow stretch of a shared machine then lands on all of them)."""
-    best = [float("inf")] * len(fns)
-    for _ in range(repeat):
-        for k, fn in enumerate(fns):
-            t0 = time.process_time()
-            fn()
-            best[k] = min(best[k], time.process_time() - t0)
-    return best
 
 
 def main() -> None:
