@@ -22,12 +22,12 @@ from __future__ import annotations
 import heapq
 from dataclasses import replace
 
+from rtgraph.compiler.optimizer.host_link import copy_us
 from rtgraph.compiler.optimizer.rewrite import concats_in_place, movable, slice_rows, view_outputs
 from rtgraph.compiler.optimizer.tile_and_pipeline import op_duration
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.device.spec import DeviceSpec
 from rtgraph.ir.graph import HostCopyNode, Node, OpNode, Program, Tensor
-from rtgraph.timing.costmodel import estimate_us
 
 
 def _copy_us(program: Program, node: HostCopyNode, spec: DeviceSpec) -> float:
@@ -36,7 +36,7 @@ def _copy_us(program: Program, node: HostCopyNode, spec: DeviceSpec) -> float:
     moved = t.type.nbytes
     if node.rows is not None:
         moved = moved // t.type.shape[0] * (node.rows[1] - node.rows[0])
-    return estimate_us("dma", t.type.dtype, 0, moved, 1, spec, kind=node.direction, pinned=t.pinned)
+    return copy_us(moved, t.type.dtype, spec, node.direction, t.pinned)
 
 
 def _copied_by(
@@ -140,8 +140,7 @@ def _compiler_copy(node: Node) -> bool:
 
 def _whole_copy(t: Tensor, spec: DeviceSpec) -> tuple[str, float]:
     """The whole copy of host input ``t`` that lowering adds: on the h2d link."""
-    took = estimate_us("dma", t.type.dtype, 0, t.type.nbytes, 1, spec, kind="h2d", pinned=t.pinned)
-    return "h2d", took
+    return "h2d", copy_us(t.type.nbytes, t.type.dtype, spec, "h2d", t.pinned)
 
 
 def _item(

@@ -86,9 +86,9 @@ def streamed(
     for name, count in parts.items():
         rows = program.tensors[name].type.shape[0]
         if count > 1 and rows % count == 0:
-            blocks = _stream(program, name).row_blocks
-            if not (blocks and rows // count % ROW_BLOCK):
-                nodes = _split_input(program, nodes, tensors, name, count)
+            stream = _stream(program, name)
+            if not (stream.row_blocks and rows // count % ROW_BLOCK):
+                nodes = _split_input(program, nodes, tensors, name, stream, count)
     split = _read_parts(replace(program, nodes=nodes, tensors={**program.tensors, **tensors}))
     sent = _send_outputs(split, send)
     return program if sent == program.nodes else replace(split, nodes=sent)
@@ -309,13 +309,17 @@ def _finish(items: list[tuple[str | None, float, list[int]]]) -> float:
 
 
 def _split_input(
-    program: Program, nodes: list[Node], made: dict[str, Tensor], x: str, parts: int
+    program: Program,
+    nodes: list[Node],
+    made: dict[str, Tensor],
+    x: str,
+    stream: _Stream,
+    parts: int,
 ) -> list[Node]:
     """``nodes`` with ``x`` copied in ``parts`` row parts (before its first reader) and the
     ops that follow its parts cut into row tiles, each joined in place under its name."""
     t = program.tensors[x]
     rows = _rows(t.type.shape[0], parts)
-    stream = _stream(program, x)
     copies: list[Node] = [HostCopyNode("h2d", x, "", t.span, r) for r in rows]
     slices: dict[tuple[str, int, int], str] = {}  # (value, axis, part) -> its slice
     out: list[Node] = []
