@@ -5,14 +5,23 @@ JSON file may have been edited: its memory plan may need more bytes than the dev
 may use more events than the scheduler keeps, streams of priorities the scheduler lacks, or
 units and core counts the device does not have. :func:`check_against_device` refuses each
 before any memory is allocated or any task timed, naming the field by its JSON path (as the
-loader does for the program alone, :mod:`rtgraph.stream_program.schema`).
+loader does for the program alone, :mod:`rtgraph.stream_program.schema`). :func:`admit` runs
+the check once per program object and device.
 """
 
 from __future__ import annotations
 
 from rtgraph.device.spec import DeviceSpec
 from rtgraph.errors import DeviceError, StreamProgramError, did_you_mean
-from rtgraph.stream_program.program import Alloc, StreamProgram
+from rtgraph.stream_program.program import Alloc, StreamProgram, derived, stream_tables
+
+
+def admit(program: StreamProgram, spec: DeviceSpec) -> None:
+    """:func:`check_against_device`, unless ``program`` already passed it on this device."""
+    passed: list[DeviceSpec] = derived(program, "admitted_on", lambda _: [])
+    if not any(s is spec for s in passed) and spec not in passed:
+        check_against_device(program, spec)
+        passed.append(spec)
 
 
 def check_against_device(program: StreamProgram, spec: DeviceSpec) -> None:
@@ -41,6 +50,22 @@ def check_against_device(program: StreamProgram, spec: DeviceSpec) -> None:
                 f"'{spec.name}' (0..{levels - 1})",
                 hint=hint,
             )
+    tables = stream_tables(program)
+    if not all(u in spec.units and 1 <= b <= spec.units[u].cores for u, b in tables.needs):
+        _check_tasks(program, spec, hint)  # names the first task that does not fit
+    for i in tables.host_work:
+        command = program.commands[i]
+        if type(command) is Alloc and command.address + command.size > capacity:
+            raise StreamProgramError(
+                f"commands[{i}]: allocates bytes [{command.address:,}, "
+                f"{command.address + command.size:,}), beyond the {capacity:,} bytes of device "
+                f"'{spec.name}'",
+                hint=hint,
+            )
+
+
+def _check_tasks(program: StreamProgram, spec: DeviceSpec, hint: str) -> None:
+    """Raise for the first task (in id order) whose unit or core count the device lacks."""
     for task in program.tasks:
         unit = spec.units.get(task.unit)
         if unit is None:
@@ -55,13 +80,5 @@ def check_against_device(program: StreamProgram, spec: DeviceSpec) -> None:
                 f"tasks[{task.id}].block_dim: task {task.id} '{task.name}' ({task.op}) needs "
                 f"{task.block_dim} {task.unit} cores; device '{spec.name}' has {unit.cores}",
                 span=task.span,
-                hint=hint,
-            )
-    for i, command in enumerate(program.commands):
-        if isinstance(command, Alloc) and command.address + command.size > capacity:
-            raise StreamProgramError(
-                f"commands[{i}]: allocates bytes [{command.address:,}, "
-                f"{command.address + command.size:,}), beyond the {capacity:,} bytes of device "
-                f"'{spec.name}'",
                 hint=hint,
             )

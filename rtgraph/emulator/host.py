@@ -24,6 +24,12 @@ The host thread walks ``program.commands`` in order (one process of the event lo
 
 Callbacks run one at a time, in the order they became ready, on a separate callback lane,
 each for ``host.callback_us``.
+
+Which commands go into which batch, and when the host flushes, follows from the command order
+and the batch sizes alone; so does every event generation. :func:`host_plan` works them out
+once per program and batch sizes — a list of the host's steps: submit entries ``[lo, hi)`` of a
+stream, spend allocator time, sync, wait for a pageable copy, report a wait on a never-recorded
+event — and the host thread of a run walks that list, blocking and spending time as it goes.
 """
 
 from __future__ import annotations
@@ -32,32 +38,95 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from rtgraph.device.spec import DeviceSpec
-from rtgraph.emulator.hardware import (
-    BARRIER,
-    CALLBACK,
-    LAUNCH,
-    RECORD,
-    WAIT,
-    Entry,
-    Hardware,
-    StreamState,
-)
+from rtgraph.emulator.hardware import Hardware, StreamState
 from rtgraph.errors import DeviceError, StreamProgramError
 from rtgraph.stream_program.program import (
     Alloc,
-    Barrier,
     Callback,
     Free,
-    Launch,
-    Record,
     StreamProgram,
     Sync,
     Wait,
+    derived,
+)
+from rtgraph.stream_program.tables import (
+    HOST_WORK,
+    NEVER_RECORDED,
+    PAGEABLE,
+    RUN,
+    SYNC,
+    StreamTables,
 )
 from rtgraph.timing.engine import HOST, STATE, Engine
 
 # A host step yields a delay (µs) or a predicate to block on until it holds.
 Request = float | Callable[[], bool]
+
+# The host's steps (:func:`host_plan`) are tuples (kind, command index, ...): SUBMIT (stream,
+# lo, hi) — runs of entries go in submits — or a standalone segment of the tables: SYNC,
+# HOST_WORK, PAGEABLE (task) or NEVER_RECORDED.
+SUBMIT = RUN
+Step = tuple[int, ...]
+
+
+def host_plan(
+    program: StreamProgram, tables: StreamTables, batch: dict[int, int], flush_on_switch: bool
+) -> list[Step]:
+    """The host's steps for these batch sizes (per stream id), kept on the program."""
+    plans = derived(program, "host_plans", lambda _: {})
+    key = (tuple(sorted(batch.items())), flush_on_switch)
+    if key not in plans:
+        plans[key] = _plan(tables, batch, flush_on_switch)
+    return plans[key]
+
+
+def _plan(tables: StreamTables, batch: dict[int, int], flush_on_switch: bool) -> list[Step]:
+    """Walk the commands as the host does, a segment at a time, batching without time:
+    ``(SUBMIT, i, stream, lo, hi)``, ``(HOST_WORK, i)``, ``(SYNC, i)``, ``(PAGEABLE, i,
+    task)``, ``(NEVER_RECORDED, i)``, ``i`` the command the host is at when it takes the step."""
+    steps: list[Step] = []
+    pending: dict[int, list[int]] = {}  # stream → [first entry, entries]; insertion = flush order
+    command = tables.command
+
+    def flush_all(i: int) -> None:
+        for sid, (lo, n) in pending.items():
+            steps.append((SUBMIT, i, sid, lo, lo + n))
+        pending.clear()
+
+    for code, i, sid, lo, count in tables.segments:
+        if code == SYNC:
+            flush_all(i)
+            steps.append((SYNC, i))
+            continue
+        if code == HOST_WORK:
+            steps.append((HOST_WORK, i))
+            continue
+        if code == NEVER_RECORDED:
+            steps.append((NEVER_RECORDED, i))
+        pend = pending.get(sid)
+        if pend is None:
+            if flush_on_switch and pending:
+                flush_all(i)
+            pend = pending[sid] = [lo, 0]
+        if code == PAGEABLE:  # the copy's batch goes now; the host waits for the copy
+            pend[1] += 1
+            flush_all(i)
+            steps.append((PAGEABLE, i, tables.ref[sid][lo]))
+            continue
+        size = batch[sid]
+        if pend[1] + count < size:
+            pend[1] += count
+            continue
+        first, filled = pend[0], pend[1] + count
+        del pending[sid]
+        while filled >= size:  # the run's entries fill batches; each goes when full
+            end = first + size
+            steps.append((SUBMIT, command[sid][end - 1], sid, first, end))
+            first, filled = end, filled - size
+        if filled:  # the rest starts a new batch (last in flush order)
+            pending[sid] = [first, filled]
+    flush_all(tables.num_commands)
+    return steps
 
 
 class CallbackLane:
@@ -71,9 +140,10 @@ class CallbackLane:
         self.free_at = 0.0
         self.activities: list[tuple[float, float, str, int]] = []  # start, end, name, stream
 
-    def enqueue(self, entry: Entry, st: StreamState) -> bool:
-        """Run the callback of ``entry`` when the lane is free; True if it blocks its stream."""
-        cmd = entry.command
+    def enqueue(self, st: StreamState, slot: int) -> bool:
+        """Run the callback at entry ``slot`` of ``st`` when the lane is free; True if it
+        blocks its stream."""
+        cmd = self.hw.command_of(st, slot)
         assert isinstance(cmd, Callback)
         blocking = cmd.blocking or self.blocking_default
         start = max(self.engine.now, self.free_at)
@@ -81,7 +151,7 @@ class CallbackLane:
         self.free_at = end
         st.callbacks += 1
         self.activities.append((start, end, cmd.name, st.id))
-        self.engine.at(end, STATE, self.hw.callback_returned, (entry, st, blocking))
+        self.engine.at(end, STATE, self.hw.callback_returned, (st, slot, blocking))
         return blocking
 
 
@@ -93,38 +163,35 @@ class Host:
         engine: Engine,
         hw: Hardware,
         program: StreamProgram,
+        tables: StreamTables,
         spec: DeviceSpec,
         batch_sizes: dict[int, int],
     ) -> None:
         self.engine = engine
         self.hw = hw
         self.program = program
+        self.tables = tables
         self.spec = spec
         depth = spec.scheduler.queue_depth
         self.depth = depth
-        self.batch = {sid: min(max(1, b), depth) for sid, b in batch_sizes.items()}
+        batch = {sid: min(max(1, b), depth) for sid, b in batch_sizes.items()}
+        self.plan = host_plan(program, tables, batch, spec.host.batch_flush == "switch")
         self.event_mode = spec.scheduler.event_mode
-        pageable = {h.name for h in program.host_tensors if not h.pinned}
-        self.pageable_copies = frozenset(
-            t.id for t in program.tasks if t.op in ("h2d", "d2h") and t.host in pageable
-        )
-        self.pending: dict[int, list[Entry]] = {}  # insertion order = flush order
-        self.event_gen: dict[int, int] = {}
-        self.record_stream: dict[tuple[int, int], int] = {}
-        self.waits_since_launch: dict[int, list[int]] = {sid: [] for sid in hw.streams}
-        self.waited_on: list[tuple[int, ...]] = [()] * len(program.tasks)
-        # (kind, start, end, label, stream): kind "submit" or "blocked"
-        self.activities: list[tuple[str, float, float, str, int | None]] = []
+        self.at_command = -1  # the command the host thread is at (it walked those before it)
+        self.submitted = {sid: 0 for sid in tables.kind}  # entries each stream was sent
+        # (kind, start, end, label, stream): kind "submit" (label: the entries), "alloc",
+        # "free" or "blocked"
+        self.activities: list[tuple[str, float, float, Any, int | None]] = []
         self.ioctls = 0
         self.blocked_on: str | None = None
         self.blocked_since = 0.0
         self.done = False
         self.finished_at = 0.0
-        self._predicate: Callable[[], bool] | None = None
-        self._process = self._commands()
+        self.predicate: Callable[[], bool] | None = None  # what the blocked host waits for
+        self._process = self._steps()
         self.lane = CallbackLane(engine, hw, spec)
         hw.callbacks = self.lane
-        hw.poll_host = self.poll
+        hw.host = self
 
     # --- driving the process -------------------------------------------------------------
     def start(self) -> None:
@@ -138,15 +205,15 @@ class Host:
             self.finished_at = self.engine.now
             return
         if callable(request):
-            self._predicate = request
+            self.predicate = request
         else:
             self.engine.at(self.engine.now + request, HOST, self._step)
 
     def poll(self) -> None:
-        """Called after every dispatch pass: resume the host if what it waits for holds."""
-        predicate = self._predicate
+        """Called after a dispatch pass while blocked: resume if what it waits for holds."""
+        predicate = self.predicate
         if predicate is not None and predicate():
-            self._predicate = None
+            self.predicate = None
             self.engine.at(self.engine.now, HOST, self._step)
 
     def _block(self, predicate: Callable[[], bool], label: str) -> Generator[Request, None, None]:
@@ -159,71 +226,56 @@ class Host:
         self.activities.append(("blocked", start, self.engine.now, label, None))
 
     # --- the host program ----------------------------------------------------------------
-    def _commands(self) -> Generator[Request, None, None]:
+    def _steps(self) -> Generator[Request, None, None]:
+        engine = self.engine
         hw = self.hw
-        pending = self.pending
-        entries = hw.entry
-        waits_since_launch = self.waits_since_launch
-        flush_on_switch = self.spec.host.batch_flush == "switch"
-        for cmd in self.program.commands:
-            if type(cmd) is Sync:
-                yield from self._sync(cmd)
-                continue
-            if type(cmd) is Alloc or type(cmd) is Free:
+        commands = self.program.commands
+        streams, submitted, depth = hw.streams, self.submitted, self.depth
+        ioctl_us, submit_us = self.spec.host.ioctl_us, self.spec.host.submit_us
+        for step in self.plan:
+            self.at_command = step[1]
+            kind = step[0]
+            if kind == SUBMIT:
+                _, _, sid, lo, hi = step
+                st = streams[sid]
+                n = hi - lo
+                submitted[sid] = hi
+                if st.occupancy + n > depth:  # queue full: wait for room
+                    yield from self._block(
+                        lambda st=st, n=n: st.occupancy + n <= depth or hw.stopped,
+                        f"queue full ({st.label()})",
+                    )
+                st.occupancy += n
+                self.ioctls += 1
+                cost = ioctl_us + submit_us * n
+                now = engine.now
+                engine.at(now + cost, STATE, hw.arrive, (st, lo, hi))
+                if cost > 0:
+                    self.activities.append(("submit", now, now + cost, n, sid))
+                    yield cost
+            elif kind == HOST_WORK:
                 # The host thread itself spends the allocator's time (run-time allocation).
-                now = self.engine.now
+                cmd = commands[step[1]]
+                assert isinstance(cmd, Alloc | Free)
+                now = engine.now
                 verb = "alloc" if type(cmd) is Alloc else "free"
                 label = f"{verb} {cmd.tensor} ({cmd.allocator})"
                 self.activities.append((verb, now, now + cmd.latency_us, label, cmd.stream))
                 if cmd.latency_us > 0:
                     yield cmd.latency_us
-                continue
-            sid = cmd.stream
-            if type(cmd) is Launch:  # the common case, inlined
-                task = cmd.task
-                entry = Entry(LAUNCH, task, 0, cmd)
-                entries[task] = entry
-                waits = waits_since_launch[sid]
-                if waits:
-                    self.waited_on[task] = tuple(waits)
-                    waits.clear()
-            else:
-                entry = self._entry(cmd)
-            batch = pending.get(sid)
-            if batch is None:
-                if flush_on_switch and pending:
-                    yield from self._flush_all()
-                batch = pending[sid] = []
-            batch.append(entry)
-            if entry.kind == LAUNCH and entry.ref in self.pageable_copies:
-                task = entry.ref
-                yield from self._flush_all()
+            elif kind == SYNC:
+                yield from self._sync(step[1])
+            elif kind == PAGEABLE:
+                task = step[2]
                 yield from self._block(
                     lambda task=task: hw.end[task] is not None or hw.quiescent(),
                     f"pageable copy (task {task})",
                 )
-            elif len(batch) >= self.batch[sid]:
-                yield from self._submit(sid)
-        yield from self._flush_all()
-
-    def _entry(self, cmd: Record | Wait | Barrier | Callback) -> Entry:
-        """The queue entry of a mark, capturing event generations at submission."""
-        sid = cmd.stream
-        kind = type(cmd)
-        if kind is Record:
-            gen = self.event_gen.get(cmd.event, 0) + 1
-            self.event_gen[cmd.event] = gen
-            self.record_stream[(cmd.event, gen)] = sid
-            return Entry(RECORD, cmd.event, gen, cmd)
-        if kind is Wait:
-            gen = self.event_gen.get(cmd.event, 0)
-            if gen == 0 and self.event_mode == "cann":
-                self.hw.report(self._never_recorded(cmd.event, f"stream {sid} waits", cmd.span))
-            self.waits_since_launch[sid].append(cmd.event)
-            return Entry(WAIT, cmd.event, gen, cmd)
-        if kind is Barrier:
-            return Entry(BARRIER, 0, 0, cmd)
-        return Entry(CALLBACK, 0, 0, cmd)
+            elif self.event_mode == "cann":  # NEVER_RECORDED
+                cmd = commands[step[1]]
+                assert isinstance(cmd, Wait)
+                hw.report(self._never_recorded(cmd.event, f"stream {cmd.stream} waits", cmd.span))
+        self.at_command = len(commands)
 
     def _never_recorded(self, event: int, who: str, span: Any) -> DeviceError:
         return DeviceError(
@@ -234,33 +286,11 @@ class Host:
             "wait is a no-op",
         )
 
-    def _flush_all(self) -> Generator[Request, None, None]:
-        while self.pending:
-            sid = next(iter(self.pending))
-            yield from self._submit(sid)
-
-    def _submit(self, sid: int) -> Generator[Request, None, None]:
-        entries = self.pending.pop(sid)
-        st = self.hw.streams[sid]
-        n = len(entries)
-        depth = self.depth
-        if st.occupancy + n > depth:
-            yield from self._block(
-                lambda: st.occupancy + n <= depth or self.hw.stopped,
-                f"queue full ({st.label()})",
-            )
-        st.occupancy += n
-        self.ioctls += 1
-        cost = self.spec.host.ioctl_us + self.spec.host.submit_us * n
-        now = self.engine.now
-        self.engine.at(now + cost, STATE, self.hw.arrive, (sid, entries))
-        if cost > 0:
-            self.activities.append(("submit", now, now + cost, f"ioctl {n} → {st.label()}", sid))
-            yield cost
-
-    def _sync(self, cmd: Sync) -> Generator[Request, None, None]:
+    def _sync(self, index: int) -> Generator[Request, None, None]:
+        """A Sync (its batches already flushed): block until its target is done."""
         hw = self.hw
-        yield from self._flush_all()
+        cmd = self.program.commands[index]
+        assert isinstance(cmd, Sync)
         start = self.engine.now
         predicate: Callable[[], bool] | None
         if cmd.kind == "device":
@@ -274,7 +304,7 @@ class Host:
             label = f"sync {st.label()}"
         elif cmd.kind == "event":
             event = cmd.target
-            gen = self.event_gen.get(event, 0)  # type: ignore[arg-type]
+            gen = self.tables.sync_gen[index]
             label = f"sync event {event}"
             if gen == 0:
                 if self.event_mode == "cann":
@@ -298,11 +328,22 @@ class Host:
         if error is not None:
             raise error
 
-    # --- for deadlock messages -----------------------------------------------------------
+    # --- what the host had done, for results and deadlock messages -----------------------
+    def walked(self, command: int) -> bool:
+        """Whether the host thread has reached command ``command`` of the program."""
+        return command <= self.at_command
+
+    def record_stream(self, event: int, gen: int) -> int | None:
+        """The stream the record of ``(event, gen)`` was submitted to, if the host reached it."""
+        at = self.tables.record_at.get((event, gen))
+        if at is None or not self.walked(self.tables.command[at[0]][at[1]]):
+            return None
+        return at[0]
+
     def unsubmitted(self, event: int, gen: int) -> bool:
         """Whether the record of ``(event, gen)`` still sits in a host batch."""
-        return any(
-            e.kind == RECORD and e.ref == event and e.gen == gen
-            for batch in self.pending.values()
-            for e in batch
-        )
+        at = self.tables.record_at.get((event, gen))
+        if at is None:
+            return False
+        sid, slot = at
+        return self.walked(self.tables.command[sid][slot]) and slot >= self.submitted[sid]

@@ -17,7 +17,7 @@ to the number of overlapping pairs (bounded by the device's concurrency), not to
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from itertools import chain
 
@@ -52,7 +52,7 @@ class ObservedRace:
         )
 
 
-def _accesses(
+def access_table(
     reads: Sequence[Sequence[tuple[int, int]]], writes: Sequence[Sequence[tuple[int, int]]]
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Every non-empty access as CSR arrays grouped by task: (ptr, lo, hi, is_write)."""
@@ -96,12 +96,25 @@ def detect_races(
     names its kind.
     Byte ranges of one pair and kind are merged into their hull ``[min lo, max hi)``.
     """
-    ran = np.array([s is not None and e is not None for s, e in zip(start, end, strict=True)], bool)
-    ids = np.flatnonzero(ran)
+    s = np.array(start, np.float64)  # None → NaN
+    e = np.array(end, np.float64)
+    return races_in(s, e, program_rank, stream, lambda: access_table(reads, writes))
+
+
+def races_in(
+    start: np.ndarray,
+    end: np.ndarray,
+    program_rank: Sequence[int],
+    stream: Sequence[int],
+    accesses: Callable[[], tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]],
+) -> list[ObservedRace]:
+    """:func:`detect_races` on float columns (NaN: never started or ended), with the byte
+    accesses of every task (:func:`access_table`) asked for only if some tasks overlapped."""
+    ids = np.flatnonzero(~(np.isnan(start) | np.isnan(end)))
     if ids.size < 2:
         return []
-    s = np.array([start[i] for i in ids], np.float64)
-    e = np.array([end[i] for i in ids], np.float64)
+    s = start[ids]
+    e = end[ids]
     rank = np.asarray(program_rank, np.int64)[ids]
     order = np.lexsort((rank, s))  # by start, then program order
     ids, s, e, rank = ids[order], s[order], e[order], rank[order]
@@ -115,7 +128,7 @@ def detect_races(
     if pi.size == 0:
         return []
     # Expand each pair to its access pairs.
-    ptr, lo, hi, w = _accesses(reads, writes)
+    ptr, lo, hi, w = accesses()
     ti, tj = ids[pi], ids[pj]
     ni, nj = ptr[ti + 1] - ptr[ti], ptr[tj + 1] - ptr[tj]
     p, k = _expand(ni * nj)

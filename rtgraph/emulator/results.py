@@ -17,9 +17,9 @@ Time accounting, all in microseconds over ``[0, makespan]``:
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar, overload
 
 import numpy as np
 
@@ -28,6 +28,59 @@ from rtgraph.emulator.races import ObservedRace
 
 #: How many outputs a RunResult's repr names before it says how many more there are.
 REPR_OUTPUTS = 4
+R = TypeVar("R")
+
+
+class Records(Sequence[R]):
+    """A run's records (of tasks, host activities, events), built when first read.
+
+    The emulator keeps what happened in columns — lists of times per task, tuples per host
+    step — and a run of 100,000 tasks that nobody inspects task by task never builds 100,000
+    record objects. Reading one (indexing, iterating, comparing) builds them all once; the
+    sequence then behaves as the list of records (and pickles as one).
+    """
+
+    __slots__ = ("_build", "_items", "_length")
+
+    def __init__(self, length: int, build: Callable[[], list[R]]) -> None:
+        self._length = length
+        self._build: Callable[[], list[R]] | None = build
+        self._items: list[R] | None = None
+
+    def _list(self) -> list[R]:
+        if self._items is None:
+            assert self._build is not None
+            self._items = self._build()
+            self._build = None
+        return self._items
+
+    def __len__(self) -> int:
+        return self._length if self._items is None else len(self._items)
+
+    @overload
+    def __getitem__(self, i: int) -> R: ...
+    @overload
+    def __getitem__(self, i: slice) -> list[R]: ...
+    def __getitem__(self, i: int | slice) -> R | list[R]:
+        return self._list()[i]
+
+    def __iter__(self) -> Iterator[R]:
+        return iter(self._list())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Records):
+            other = other._list()
+        if isinstance(other, list):
+            return self._list() == other
+        return NotImplemented
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self._list())
+
+    def __reduce__(self) -> tuple[type, tuple[list[R]]]:
+        return (list, (self._list(),))
 
 
 @dataclass(slots=True)
@@ -123,8 +176,11 @@ class HostStats:
 class RunResult:
     """Everything one emulated run produced.
 
-    Its repr is one line — program, device, makespan, task count and each output's name,
-    dtype and shape — never the arrays themselves; ``summary()`` is the full table.
+    ``tasks``, ``host_activities``, ``event_records`` and ``event_waits`` read as lists (in
+    task id order; in time order; in the order they happened); the emulator hands them over as
+    :class:`Records`, built on first read. Its repr is one line — program, device, makespan,
+    task count and each output's name, dtype and shape — never the arrays themselves;
+    ``summary()`` is the full table.
     """
 
     program: str
@@ -136,10 +192,10 @@ class RunResult:
     memory_peak_bytes: int
     events: int
     barriers: int
-    tasks: list[TaskRecord]
-    host_activities: list[HostActivity]
-    event_records: list[EventRecordTime]
-    event_waits: list[EventWaitTime]
+    tasks: Sequence[TaskRecord]
+    host_activities: Sequence[HostActivity]
+    event_records: Sequence[EventRecordTime]
+    event_waits: Sequence[EventWaitTime]
     outputs: dict[str, np.ndarray]
     races: list[ObservedRace]
     faults: list[int] = field(default_factory=list)

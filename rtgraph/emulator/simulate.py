@@ -7,6 +7,14 @@ runs the loop until nothing is left to happen, then checks for a deadlock, gathe
 :class:`~.results.RunResult` and runs the race detector (:mod:`.races`). The semantics, with a
 worked example, are in docs/emulator.md.
 
+Nothing is computed twice for one program object (:func:`~rtgraph.stream_program.derived`
+keeps it on the program): its structural check and per-stream tables come from validating it
+(when it is compiled or loaded; a program never validated is validated by its first run), the
+host's batching per batch sizes, the admission check and the task costs per device from the
+first run that needs them. The result's figures are computed from the run's columns with
+NumPy, in the order of operations of a loop over task records, and the records themselves are
+built when first read.
+
 Errors: a device error (kernel fault, invalid wait) is raised at the host's next sync or at the
 end of the run; a deadlock as soon as nothing more can happen. Either way the error carries the
 partial result as ``error.result`` so reports can still show the timeline up to the failure.
@@ -15,23 +23,26 @@ partial result as ``error.result`` so reports can still show the timeline up to 
 from __future__ import annotations
 
 import gc
-from collections import Counter
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from numbers import Integral
+from operator import itemgetter
+from typing import Any
 
 import numpy as np
 
 from rtgraph.device.spec import DeviceSpec
-from rtgraph.emulator.admission import check_against_device
-from rtgraph.emulator.hardware import Hardware
+from rtgraph.emulator.admission import admit
+from rtgraph.emulator.hardware import DeviceLoop, Hardware
 from rtgraph.emulator.host import Host
 from rtgraph.emulator.numerics import Numerics
-from rtgraph.emulator.races import ObservedRace, detect_races
+from rtgraph.emulator.races import ObservedRace, access_table, races_in
 from rtgraph.emulator.results import (
     EventRecordTime,
     EventWaitTime,
     HostActivity,
     HostStats,
+    Records,
     RunResult,
     StreamStats,
     TaskRecord,
@@ -39,11 +50,14 @@ from rtgraph.emulator.results import (
 )
 from rtgraph.errors import DeadlockError, RtgError, UsageError
 from rtgraph.ir.data import check_seed
-from rtgraph.stream_program.program import Barrier, Record, StreamProgram, Sync, Wait, validate
+from rtgraph.stream_program.program import StreamProgram, derived, stream_tables
+from rtgraph.stream_program.tables import StreamTables
 from rtgraph.timing.engine import Engine
-from rtgraph.timing.task_costs import profile_stretch, task_costs
+from rtgraph.timing.task_costs import TaskCosts, profile_stretch, task_costs
 
 FAILURE_MODES = ("continue", "stop")
+#: Host activity kinds the host thread is busy in (the others: blocked, callback).
+HOST_BUSY = ("submit", "alloc", "free")
 
 
 def run(
@@ -109,8 +123,8 @@ def _run(
     profile: str | None,
     fill_missing: bool,
 ) -> RunResult:
-    validate(program)
-    check_against_device(program, device)
+    tables = stream_tables(program)  # validates a program object once
+    admit(program, device)
     seed = check_seed(seed)
     stretch = profile_stretch(profile, device)
     mode = failure_mode if failure_mode is not None else device.scheduler.failure_mode
@@ -126,19 +140,20 @@ def _run(
         )
     fault_set = frozenset(int(f) for f in faults)
     batches = _batch_sizes(program, device, batch_size)
-    costs = task_costs(program, device, stretch)
+    prepared = _prepare(program, tables, device, stretch)
     nums = Numerics(program, inputs, params, seed, check_finite, fill_missing) if numerics else None
 
-    engine = Engine()
-    hw = Hardware(engine, program, device, costs, nums, fault_set, mode)
-    host = Host(engine, hw, program, device, batches)
+    engine = DeviceLoop()
+    hw = Hardware(engine, program, tables, device, prepared.costs, nums, fault_set, mode)
+    host = Host(engine, hw, program, tables, device, batches)
+    run = _Run(program, tables, prepared, device, engine, hw, host, profile, nums)
     host.start()
     try:
         engine.run()
     except RtgError as err:
-        err.result = _collect(program, device, engine, hw, host, profile, nums)  # type: ignore[attr-defined]
+        err.result = run.collect()  # type: ignore[attr-defined]
         raise
-    result = _collect(program, device, engine, hw, host, profile, nums)
+    result = run.collect()
     if not host.done or not hw.device_done():
         err = _deadlock(engine, hw, host)
         err.result = result  # type: ignore[attr-defined]
@@ -173,12 +188,62 @@ def _batch_sizes(
     return sizes
 
 
+# --- what a run needs from the program and the device, kept on the program ----------------
+#: Every task's byte reads and writes as CSR arrays: (ptr, lo, hi, is_write).
+AccessTable = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+@dataclass(eq=False)
+class _Prepared:
+    """A program's costs on one device (and stretch) and its per-task columns."""
+
+    costs: TaskCosts
+    units: tuple[str, ...]  # the device's units, in its order
+    unit: np.ndarray  # per task: its unit's place in ``units``
+    cores: np.ndarray
+    stream: np.ndarray
+
+
+def _accesses(program: StreamProgram) -> AccessTable:
+    """Every task's byte reads and writes as CSR arrays (:func:`.races.access_table`), kept."""
+    return derived(
+        program,
+        "race_accesses",
+        lambda p: access_table([t.reads for t in p.tasks], [t.writes for t in p.tasks]),
+    )
+
+
+def _prepare(
+    program: StreamProgram, tables: StreamTables, spec: DeviceSpec, stretch: float
+) -> _Prepared:
+    """The costs and columns of ``program`` on ``spec``, computed on first use and kept."""
+    kept: list[tuple[DeviceSpec, float, _Prepared]] = derived(
+        program, "emulator_prepared", lambda _: []
+    )
+    for other, s, prepared in kept:
+        if s == stretch and (other is spec or other == spec):
+            return prepared
+    costs = task_costs(program, spec, stretch)
+    units = tuple(spec.units)
+    place = {u: k for k, u in enumerate(units)}
+    prepared = _Prepared(
+        costs=costs,
+        units=units,
+        unit=np.fromiter(map(place.__getitem__, costs.unit), np.int64, len(costs.unit)),
+        cores=np.array(costs.cores, np.int64),
+        stream=np.array(tables.task_stream, np.int64),
+    )
+    kept.append((spec, stretch, prepared))
+    return prepared
+
+
 def _deadlock(engine: Engine, hw: Hardware, host: Host) -> DeadlockError:
     parts = []
     unsubmitted = False
-    for st, entry in hw.stuck_waits():
-        event, gen = entry.ref, entry.gen
-        origin = host.record_stream.get((event, gen))
+    stuck = hw.stuck_waits()
+    for st, slot in stuck:
+        event, gen = st.ref[slot], st.gen[slot]
+        origin = host.record_stream(event, gen)
         where = f"stream {origin} '{hw.streams[origin].name}'" if origin is not None else "?"
         if host.unsubmitted(event, gen):
             unsubmitted = True
@@ -195,7 +260,7 @@ def _deadlock(engine: Engine, hw: Hardware, host: Host) -> DeadlockError:
         )
     else:
         hint = "every wait needs a record that can complete; check record/wait order"
-    span = next((e.command.span for _, e in hw.stuck_waits()), None)
+    span = next((getattr(hw.command_of(st, slot), "span", None) for st, slot in stuck), None)
     return DeadlockError(
         f"deadlock at t={engine.now:g} µs: " + "; ".join(parts or ["nothing can progress"]),
         span=span,
@@ -203,154 +268,208 @@ def _deadlock(engine: Engine, hw: Hardware, host: Host) -> DeadlockError:
     )
 
 
-def _collect(
-    program: StreamProgram,
-    device: DeviceSpec,
-    engine: Engine,
-    hw: Hardware,
-    host: Host,
-    profile: str | None,
-    nums: Numerics | None,
-) -> RunResult:
-    """Gather what the run did up to now (its end, or the error that stopped it)."""
-    now = engine.now
-    tasks = _task_records(program, hw, host)
-    activities = _host_activities(host, now)
-    ends = [e for e in hw.end if e is not None]
-    makespan = max(
-        [0.0, *ends, *(a.end for a in activities), host.finished_at if host.done else now]
-    )
-    ran = [t for t in tasks if t.start is not None and t.end is not None]
-    return RunResult(
-        program=program.name,
-        device=device.name,
-        makespan_us=makespan,
-        utilization=_utilization(device, ran, makespan),
-        streams=_stream_stats(program, hw, ran, makespan, now),
-        host=_host_stats(host, activities, makespan),
-        memory_peak_bytes=program.memory.total_bytes,
-        events=_events_used(program),
-        barriers=Counter(map(type, program.commands))[Barrier],
-        tasks=tasks,
-        host_activities=activities,
-        event_records=[EventRecordTime(*r) for r in hw.event_records],
-        event_waits=[EventWaitTime(*w) for w in hw.event_waits],
-        outputs=dict(nums.outputs) if nums is not None else {},
-        races=_races(program, hw),
-        faults=list(hw.failed),
-        profile=profile,
-        numerics=nums is not None,
-        stream_program=program,
-        device_spec=device,
-    )
+class _Run:
+    """One run's parts, and how to gather a :class:`RunResult` from them (at its end, or at
+    the error that stopped it)."""
 
+    def __init__(
+        self,
+        program: StreamProgram,
+        tables: StreamTables,
+        prepared: _Prepared,
+        device: DeviceSpec,
+        engine: Engine,
+        hw: Hardware,
+        host: Host,
+        profile: str | None,
+        nums: Numerics | None,
+    ) -> None:
+        self.program = program
+        self.tables = tables
+        self.prepared = prepared
+        self.device = device
+        self.engine = engine
+        self.hw = hw
+        self.host = host
+        self.profile = profile
+        self.nums = nums
 
-def _task_records(program: StreamProgram, hw: Hardware, host: Host) -> list[TaskRecord]:
-    """One record per task, in task id order, with the times the hardware noted."""
-    columns = zip(
-        program.tasks,
-        hw.task_stream,
-        hw.costs.cores,
-        hw.submit,
-        hw.ready,
-        hw.start,
-        hw.end,
-        host.waited_on,
-        strict=True,
-    )
-    tasks = [
-        TaskRecord(t.id, t.name, t.op, t.unit, sid, cores, sub, ready, start, end, waits, False)
-        for t, sid, cores, sub, ready, start, end, waits in columns
-    ]
-    for task in hw.failed:
-        tasks[task].failed = True
-    return tasks
-
-
-def _host_activities(host: Host, now: float) -> list[HostActivity]:
-    """The host thread's and the callback lane's slices, in time order (host first on ties)."""
-    activities = [
-        HostActivity("host", kind, s, e, label, sid) for kind, s, e, label, sid in host.activities
-    ]
-    if host.blocked_on is not None:  # the run ended (error, deadlock) with the host blocked
-        activities.append(HostActivity("host", "blocked", host.blocked_since, now, host.blocked_on))
-    activities += [
-        HostActivity("callback", "callback", s, e, name, sid)
-        for s, e, name, sid in host.lane.activities
-    ]
-    activities.sort(key=lambda a: (a.start, a.lane != "host"))
-    return activities
-
-
-def _utilization(device: DeviceSpec, ran: list[TaskRecord], makespan: float) -> dict[str, float]:
-    """Each unit's busy core-time over its cores × the makespan (0 for an empty run)."""
-    busy_core_time = {kind: 0.0 for kind in device.units}
-    for t in ran:
-        busy_core_time[t.unit] += t.cores * (t.end - t.start)  # type: ignore[operator]
-    return {
-        kind: (busy / (device.units[kind].cores * makespan) if makespan > 0 else 0.0)
-        for kind, busy in busy_core_time.items()
-    }
-
-
-def _stream_stats(
-    program: StreamProgram, hw: Hardware, ran: list[TaskRecord], makespan: float, now: float
-) -> list[StreamStats]:
-    """Each stream's busy, waiting, in-callback and idle time; a wait still open ends now."""
-    by_stream: dict[int, list[TaskRecord]] = {s.id: [] for s in program.streams}
-    for t in ran:
-        by_stream[t.stream].append(t)
-    streams = []
-    for s in program.streams:
-        st = hw.streams[s.id]
-        mine = by_stream[s.id]
-        busy = union_length([t.start for t in mine], [t.end for t in mine])  # type: ignore[misc]
-        waiting = st.waiting_us + (now - st.wait_since if st.wait_since is not None else 0.0)
-        in_cb = st.callback_us + (now - st.callback_since if st.callback_since is not None else 0.0)
-        streams.append(
-            StreamStats(
-                stream=s.id,
-                name=s.name,
-                priority=s.priority,
-                tasks=len(mine),
-                busy_us=busy,
-                waiting_us=waiting,
-                callback_us=in_cb,
-                idle_us=max(0.0, makespan - busy - waiting - in_cb),
-            )
+    def collect(self) -> RunResult:
+        """Gather what the run did up to now."""
+        program, hw, host, now = self.program, self.hw, self.host, self.engine.now
+        start = np.array(hw.start, np.float64)  # None (never started) → NaN
+        end = np.array(hw.end, np.float64)
+        ran = ~(np.isnan(start) | np.isnan(end))
+        host_rows = list(host.activities)
+        if host.blocked_on is not None:  # the run ended (error, deadlock) with the host blocked
+            host_rows.append(("blocked", host.blocked_since, now, host.blocked_on, None))
+        lane_rows = host.lane.activities
+        makespan = max(
+            0.0,
+            float(np.max(end, where=~np.isnan(end), initial=0.0)),
+            max(map(itemgetter(2), host_rows), default=0.0),
+            max(map(itemgetter(1), lane_rows), default=0.0),
+            host.finished_at if host.done else now,
         )
-    return streams
+        n = len(program.tasks)
+        return RunResult(
+            program=program.name,
+            device=self.device.name,
+            makespan_us=makespan,
+            utilization=self._utilization(start, end, ran, makespan),
+            streams=self._stream_stats(start, end, ran, makespan, now),
+            host=_host_stats(host_rows, lane_rows, makespan, host.ioctls),
+            memory_peak_bytes=program.memory.total_bytes,
+            events=self.tables.events_used,
+            barriers=self.tables.barriers,
+            tasks=Records(n, self._task_records),
+            host_activities=Records(len(host_rows) + len(lane_rows), self._activities(host_rows)),
+            event_records=Records(len(hw.event_records), self._event_records),
+            event_waits=Records(len(hw.event_waits), self._event_waits),
+            outputs=dict(self.nums.outputs) if self.nums is not None else {},
+            races=self._races(start, end),
+            faults=list(hw.failed),
+            profile=self.profile,
+            numerics=self.nums is not None,
+            stream_program=program,
+            device_spec=self.device,
+        )
+
+    def _task_records(self) -> list[TaskRecord]:
+        """One record per task, in task id order, with the times the hardware noted."""
+        hw, tables = self.hw, self.tables
+        walked = self.host.at_command  # the waits of a launch the host never reached: none
+        columns = zip(
+            self.program.tasks,
+            tables.task_stream,
+            self.prepared.costs.cores,
+            hw.submit,
+            hw.ready,
+            hw.start,
+            hw.end,
+            tables.waited_on,
+            tables.launch_command,
+            strict=True,
+        )
+        tasks = [
+            TaskRecord(
+                t.id,
+                t.name,
+                t.op,
+                t.unit,
+                sid,
+                cores,
+                sub,
+                ready,
+                start,
+                end,
+                waits if launch <= walked else (),
+                False,
+            )
+            for t, sid, cores, sub, ready, start, end, waits, launch in columns
+        ]
+        for task in hw.failed:
+            tasks[task].failed = True
+        return tasks
+
+    def _activities(self, host_rows: list[tuple]) -> Any:
+        """The host thread's and the callback lane's slices, in time order (host first on
+        ties); each lane's slices were noted in time order."""
+        streams, lane_rows = self.hw.streams, self.host.lane.activities
+
+        def build() -> list[HostActivity]:
+            activities = [
+                HostActivity(
+                    "host",
+                    kind,
+                    s,
+                    e,
+                    f"ioctl {label} → {streams[sid].label()}" if kind == "submit" else label,
+                    sid,
+                )
+                for kind, s, e, label, sid in host_rows
+            ]
+            activities += [
+                HostActivity("callback", "callback", s, e, name, sid)
+                for s, e, name, sid in lane_rows
+            ]
+            activities.sort(key=lambda a: (a.start, a.lane != "host"))
+            return activities
+
+        return build
+
+    def _event_records(self) -> list[EventRecordTime]:
+        return [EventRecordTime(*r) for r in self.hw.event_records]
+
+    def _event_waits(self) -> list[EventWaitTime]:
+        return [EventWaitTime(*w) for w in self.hw.event_waits]
+
+    def _utilization(
+        self, start: np.ndarray, end: np.ndarray, ran: np.ndarray, makespan: float
+    ) -> dict[str, float]:
+        """Each unit's busy core-time over its cores × the makespan (0 for an empty run),
+        summed task by task in id order (``cumsum`` adds in order, as a loop would)."""
+        prepared, units = self.prepared, self.device.units
+        core_time = prepared.cores * (end - start)
+        utilization = {}
+        for k, kind in enumerate(prepared.units):
+            mine = core_time[ran & (prepared.unit == k)]
+            busy = float(np.cumsum(mine)[-1]) if mine.size else 0.0
+            utilization[kind] = busy / (units[kind].cores * makespan) if makespan > 0 else 0.0
+        return utilization
+
+    def _stream_stats(
+        self, start: np.ndarray, end: np.ndarray, ran: np.ndarray, makespan: float, now: float
+    ) -> list[StreamStats]:
+        """Each stream's busy, waiting, in-callback and idle time; a wait still open ends now."""
+        streams = []
+        for s in self.program.streams:
+            st = self.hw.streams[s.id]
+            mine = ran & (self.prepared.stream == s.id)
+            busy = union_length(start[mine], end[mine])
+            waiting = st.waiting_us + (now - st.wait_since if st.wait_since is not None else 0.0)
+            in_cb = st.callback_us + (
+                now - st.callback_since if st.callback_since is not None else 0.0
+            )
+            streams.append(
+                StreamStats(
+                    stream=s.id,
+                    name=s.name,
+                    priority=s.priority,
+                    tasks=int(np.count_nonzero(mine)),
+                    busy_us=busy,
+                    waiting_us=waiting,
+                    callback_us=in_cb,
+                    idle_us=max(0.0, makespan - busy - waiting - in_cb),
+                )
+            )
+        return streams
+
+    def _races(self, start: np.ndarray, end: np.ndarray) -> list[ObservedRace]:
+        """The conflicting accesses the run left unordered, named in program order (task ids)."""
+        program = self.program
+        if not self.tables.touches_memory:  # synthetic kernels on no buffers: nothing races
+            return []
+        return races_in(
+            start,
+            end,
+            np.arange(len(program.tasks)),
+            self.hw.task_stream,
+            lambda: _accesses(program),
+        )
 
 
-def _host_stats(host: Host, activities: list[HostActivity], makespan: float) -> HostStats:
+def _host_stats(
+    host_rows: list[tuple], lane_rows: list[tuple], makespan: float, ioctls: int
+) -> HostStats:
     """The host thread's busy (ioctls, run-time allocation), blocked and idle time."""
-    host_busy = sum(a.end - a.start for a in activities if a.kind in ("submit", "alloc", "free"))
-    host_blocked = sum(a.end - a.start for a in activities if a.kind == "blocked")
-    callbacks = [a for a in activities if a.lane == "callback"]
+    host_busy = sum([e - s for kind, s, e, _, _ in host_rows if kind in HOST_BUSY])
+    host_blocked = sum([e - s for kind, s, e, _, _ in host_rows if kind == "blocked"])
     return HostStats(
         busy_us=host_busy,
         blocked_us=host_blocked,
         idle_us=max(0.0, makespan - host_busy - host_blocked),
-        ioctls=host.ioctls,
-        callbacks=len(callbacks),
-        callback_busy_us=sum((a.end - a.start for a in callbacks), 0.0),
-    )
-
-
-def _events_used(program: StreamProgram) -> int:
-    """How many distinct events the program records, waits on or syncs on."""
-    events = {c.event for c in program.commands if isinstance(c, Record | Wait)}
-    events |= {c.target for c in program.commands if isinstance(c, Sync) and c.kind == "event"}
-    return len(events)
-
-
-def _races(program: StreamProgram, hw: Hardware) -> list[ObservedRace]:
-    """The conflicting accesses the run left unordered, named in program order (task ids)."""
-    return detect_races(
-        hw.start,
-        hw.end,
-        range(len(program.tasks)),
-        hw.task_stream,
-        [t.reads for t in program.tasks],
-        [t.writes for t in program.tasks],
+        ioctls=ioctls,
+        callbacks=len(lane_rows),
+        callback_busy_us=sum([e - s for s, e, _, _ in lane_rows], 0.0),
     )

@@ -1,8 +1,10 @@
 """The stream program: the contract between the compiler and the emulator.
 
-:mod:`.program` holds its types and versioned JSON form (docs/stream-program.md);
-:mod:`.listing` prints it per stream (and as Graphviz); :mod:`.hazards` finds the byte ranges
-two tasks both touch; :mod:`.races` proves every conflicting pair ordered by happens-before.
+:mod:`.program` holds its types and versioned JSON form (docs/stream-program.md) and
+:mod:`.commands` the host's commands; :mod:`.tables` indexes the commands per stream (built
+when a program is validated, kept on it); :mod:`.listing` prints it per stream (and as
+Graphviz); :mod:`.hazards` finds the byte ranges two tasks both touch; :mod:`.races` proves
+every conflicting pair ordered by happens-before.
 """
 
 from rtgraph.stream_program.program import (
@@ -26,10 +28,13 @@ from rtgraph.stream_program.program import (
     Sync,
     Task,
     Wait,
+    derived,
     from_dict,
+    stream_tables,
     to_dict,
     validate,
 )
+from rtgraph.stream_program.tables import StreamTables
 
 __all__ = [
     "COMMAND_TYPES",
@@ -49,10 +54,13 @@ __all__ = [
     "Region",
     "StreamInfo",
     "StreamProgram",
+    "StreamTables",
     "Sync",
     "Task",
     "Wait",
+    "derived",
     "from_dict",
+    "stream_tables",
     "to_dict",
     "validate",
 ]

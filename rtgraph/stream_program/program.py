@@ -24,12 +24,26 @@ a loaded program compares equal to the one saved.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, Literal, TypeVar
 
 from rtgraph.dtypes import DTYPES
 from rtgraph.errors import Source, Span, StreamProgramError
+from rtgraph.stream_program.commands import (  # defined there, imported from here too
+    COMMAND_NAMES,
+    COMMAND_TYPES,
+    HOST_ONLY,
+    Alloc,  # noqa: F401 (re-exported)
+    Barrier,  # noqa: F401 (re-exported)
+    Callback,  # noqa: F401 (re-exported)
+    Command,
+    Free,  # noqa: F401 (re-exported)
+    Launch,
+    Record,  # noqa: F401 (re-exported)
+    Sync,  # noqa: F401 (re-exported)
+    Wait,  # noqa: F401 (re-exported)
+)
 from rtgraph.stream_program.references import check_references, tuplify
 from rtgraph.stream_program.schema import (
     MAX_JSON_DEPTH,
@@ -39,9 +53,13 @@ from rtgraph.stream_program.schema import (
     check_depth,
     check_document,
 )
+from rtgraph.stream_program.tables import StreamTables, index_commands
 
 SCHEMA = SCHEMA_ID
 VERSION = SCHEMA_VERSION
+#: Where a program object keeps what was derived from it (:func:`derived`); never saved.
+DERIVED = "_derived"
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -99,103 +117,6 @@ class Task:
     deps: tuple[int, ...] = ()
     span: Span | None = None
     regions: tuple[str, ...] = ()
-
-
-# --- commands, in host submission order -----------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Launch:
-    stream: int
-    task: int
-
-
-@dataclass(frozen=True)
-class Record:
-    stream: int
-    event: int
-    span: Span | None = None
-
-
-@dataclass(frozen=True)
-class Wait:
-    stream: int
-    event: int
-    span: Span | None = None
-
-
-@dataclass(frozen=True)
-class Barrier:
-    """A dependency mark: a reordering device may not issue later tasks of the stream early."""
-
-    stream: int
-    span: Span | None = None
-
-
-@dataclass(frozen=True)
-class Callback:
-    """A host callback that runs after all earlier work of ``stream`` has completed."""
-
-    stream: int
-    name: str
-    blocking: bool = False
-    span: Span | None = None
-
-
-@dataclass(frozen=True)
-class Sync:
-    """The host blocks until an event (``target`` an event id), a stream, or the device is done."""
-
-    kind: Literal["event", "stream", "device"]
-    target: int | None = None
-    span: Span | None = None
-
-
-@dataclass(frozen=True)
-class Alloc:
-    """The host allocates ``tensor`` at run time (``--alloc``): host time ``latency_us``.
-
-    ``address`` is where the allocator put it (the task operands already use it); ``stream``
-    is the stream the memory is ordered on (stream-ordered allocators). ``allocated`` and
-    ``reserved`` are the allocator's totals right after the call (for memory pictures).
-    """
-
-    stream: int
-    tensor: str
-    address: int
-    size: int
-    latency_us: float
-    allocator: str = ""
-    allocated: int = 0
-    reserved: int = 0
-
-
-@dataclass(frozen=True)
-class Free:
-    """The host frees ``tensor`` after submitting its last use: host time ``latency_us``."""
-
-    stream: int
-    tensor: str
-    latency_us: float
-    allocator: str = ""
-    allocated: int = 0
-    reserved: int = 0
-
-
-Command = Launch | Record | Wait | Barrier | Callback | Sync | Alloc | Free
-COMMAND_TYPES: dict[str, type] = {
-    "launch": Launch,
-    "record": Record,
-    "wait": Wait,
-    "barrier": Barrier,
-    "callback": Callback,
-    "sync": Sync,
-    "alloc": Alloc,
-    "free": Free,
-}
-#: Commands that only the host thread executes (no entry in any stream's queue).
-HOST_ONLY: tuple[type, ...] = (Sync, Alloc, Free)
-_COMMAND_NAMES = {v: k for k, v in COMMAND_TYPES.items()}
 
 
 # --- memory and host data -------------------------------------------------------------------
@@ -269,6 +190,12 @@ class StreamProgram:
         if not isinstance(other, StreamProgram):
             return NotImplemented
         return to_dict(self) == to_dict(other)
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (and copied) without what was derived from it: that is recomputed on use."""
+        state = dict(self.__dict__)
+        state.pop(DERIVED, None)
+        return state
 
     # --- derived views -------------------------------------------------------------------
     def stream_commands(self) -> dict[int, list[Command]]:
@@ -380,7 +307,7 @@ def to_dict(p: StreamProgram) -> dict[str, Any]:
         )
     commands = []
     for c in p.commands:
-        d: dict[str, Any] = {"cmd": _COMMAND_NAMES[type(c)]}
+        d: dict[str, Any] = {"cmd": COMMAND_NAMES[type(c)]}
         for k, v in c.__dict__.items():
             d[k] = _span_to(v) if k == "span" else v
         commands.append(d)
@@ -512,30 +439,78 @@ def _task_from(t: dict[str, Any], source: Source | None) -> Task:
     )
 
 
+def derived(program: StreamProgram, key: str, make: Callable[[StreamProgram], T]) -> T:
+    """``make(program)``, computed once per program object and kept on it under ``key``.
+
+    What is kept is dropped when one of the program's lists (tasks, commands, streams) or its
+    memory plan is replaced or changes length, or its event count changes; a program's lists
+    are not edited element by element once it is built (the compiler and the loader build new
+    programs), so nothing finer is watched.
+    """
+    store = _kept(program)
+    if key not in store:
+        store[key] = make(program)
+    return store[key]
+
+
+def _kept(program: StreamProgram) -> dict[str, Any]:
+    shape = (
+        program.tasks,
+        program.commands,
+        program.streams,
+        program.memory,
+        len(program.tasks),
+        len(program.commands),
+        len(program.streams),
+        program.num_events,
+    )
+    box = program.__dict__.get(DERIVED)
+    if box is None or not _same_shape(box[0], shape):
+        box = (shape, {})  # holding the lists keeps their ids from being reused
+        program.__dict__[DERIVED] = box
+    return box[1]
+
+
+def _same_shape(old: tuple, new: tuple) -> bool:
+    return all(a is b for a, b in zip(old[:4], new[:4], strict=True)) and old[4:] == new[4:]
+
+
+def stream_tables(p: StreamProgram) -> StreamTables:
+    """The tables of ``p`` (:mod:`.tables`), built by :func:`validate` — when the program
+    was compiled or loaded, or now if this program object was never validated: a program is
+    checked once, not on every run."""
+    store = _kept(p)
+    if "stream_tables" not in store:
+        validate(p)
+    return store["stream_tables"]
+
+
 def validate(p: StreamProgram) -> None:
-    """Structural checks a loaded or freshly built program must pass."""
+    """Structural checks a loaded or freshly built program must pass. The commands' tables
+    (:func:`stream_tables`) come out of the same walk and are kept on the program."""
     ids = [t.id for t in p.tasks]
     if ids != list(range(len(ids))):
         raise StreamProgramError("task ids must be 0..n-1 in order")
-    streams = {s.id for s in p.streams}
-    launched: set[int] = set()
-    for c in p.commands:
-        if not isinstance(c, Sync) and c.stream not in streams:
-            raise StreamProgramError(f"command {c} names unknown stream {c.stream}")
-        if isinstance(c, Record | Wait) and not 0 <= c.event < max(p.num_events, 1):
-            raise StreamProgramError(f"command {c} names event {c.event} of {p.num_events}")
-        if isinstance(c, Launch):
-            if not 0 <= c.task < len(p.tasks) or c.task in launched:
-                raise StreamProgramError(f"task {c.task} launched twice or unknown")
-            launched.add(c.task)
-    if len(launched) != len(p.tasks):
-        raise StreamProgramError("every task must be launched exactly once")
+    unpinned = {h.name for h in p.host_tensors if not h.pinned}
+    pageable = (
+        {t.id for t in p.tasks if t.host in unpinned and t.op in ("h2d", "d2h")} if unpinned else ()
+    )
+    tables = index_commands(
+        [s.id for s in p.streams], p.commands, len(p.tasks), p.num_events, pageable
+    )
+    total = p.memory.total_bytes
+    needs: set[tuple[str, int]] = set()
+    touching = False
     for t in p.tasks:
         if t.unit not in ("cube", "vector", "dma"):
             raise StreamProgramError(f"task {t.id} has unknown unit {t.unit!r}")
-        for a, b in (*t.reads, *t.writes):
-            if not 0 <= a <= b <= p.memory.total_bytes:
-                raise StreamProgramError(
-                    f"task {t.id} touches bytes [{a}, {b}) outside device memory "
-                    f"of {p.memory.total_bytes} bytes"
-                )
+        needs.add((t.unit, t.block_dim))
+        if t.reads or t.writes:
+            touching = True
+            for a, b in (*t.reads, *t.writes):
+                if not 0 <= a <= b <= total:
+                    raise StreamProgramError(
+                        f"task {t.id} touches bytes [{a}, {b}) outside device memory "
+                        f"of {total} bytes"
+                    )
+    _kept(p)["stream_tables"] = replace(tables, needs=frozenset(needs), touches_memory=touching)
