@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from conftest import MODELS
 
 import rtgraph
 from rtgraph.compiler.scheduling.policies import Assignment, StreamPolicy
+from rtgraph.device import DeviceSpec
 from rtgraph.errors import UsageError
 from rtgraph.stream_program import StreamInfo
 from rtgraph.stream_program.races import check_races
@@ -98,3 +101,47 @@ def test_list_keeps_unit_lanes_where_the_device_is_the_bottleneck():
     listed = rtgraph.compile(program, device=device, streams="list")
     names = {s.name.split(".")[0] for s in listed.streams}
     assert names == {"cube", "vector", "dma"}
+
+
+def two_core_toy(folder: Path) -> DeviceSpec:
+    """The toy device with two Vector cores and every overhead zero: a makespan is the
+    schedule's own."""
+    lines = []
+    section = ""
+    for line in (Path(rtgraph.__file__).parent / "device/specs/toy.toml").read_text().splitlines():
+        key = line.split("#")[0].split("=")[0].strip()
+        section = key if key.startswith("[") else section
+        if key.endswith("_us"):
+            line = f"{key} = 0.0"
+        elif section == "[units.vector]" and key == "cores":
+            line = "cores = 2"
+        lines.append(line.replace('name = "toy"', 'name = "two-cores"'))
+    path = Path(folder) / "two-cores.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return rtgraph.device(str(path))
+
+
+# Two short independent kernels written first, then a chain of two long ones. Dealt in program
+# order to the stream that can start each earliest, the short ones take both cores at 0 and the
+# chain starts at 1 (makespan 9); by bottom level the chain starts at 0 beside them (8, optimal).
+SHORTS_THEN_CHAIN = """
+program p() {
+    a = kernel(unit = vector, us = 1)
+    b = kernel(unit = vector, us = 1)
+    x = kernel(unit = vector, us = 4)
+    y = kernel(unit = vector, us = 4, after = [x])
+}
+"""
+
+
+def test_by_unit_n_deals_tasks_by_bottom_level_not_program_order(tmp_path):
+    device = two_core_toy(tmp_path)
+    program = rtgraph.parse(SHORTS_THEN_CHAIN, device=device)
+    compiled = rtgraph.compile(program, device=device, streams="by-unit:2", check=True)
+    result = rtgraph.run(compiled, device=device, numerics=False)
+    assert result.makespan_us == 8.0
+    # x and y share a stream (no event), a and b the other one
+    stream = compiled.task_stream()
+    names = {t.name: stream[t.id] for t in compiled.tasks}
+    assert names["x"] == names["y"] != names["a"] == names["b"]
+    assert compiled.meta["barriers"]["waits"] == 0

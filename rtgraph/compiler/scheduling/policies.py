@@ -12,9 +12,12 @@ Built in:
 
 * ``single`` — one stream: every task in program order (the baseline).
 * ``by-unit`` — one stream per unit type in use (Cube, Vector, DMA), as CANN recommends.
-* ``by-unit:N`` — up to N streams per unit type (1 ≤ N ≤ :data:`MAX_STREAMS_PER_UNIT`); each
-  task joins the stream of its unit that frees earliest by the cost model, preferring the stream
-  of a predecessor (keeps chains).
+* ``by-unit:N`` — up to N streams per unit type (1 ≤ N ≤ :data:`MAX_STREAMS_PER_UNIT`), dealt
+  two ways by the cost model — in program order, each task to the stream of its unit that can
+  start it earliest; and by list scheduling, the ready task of longest remaining path first —
+  each preferring a predecessor's stream (no event); the one the device's own timing (HBM and
+  the host link shared, :mod:`~rtgraph.compiler.scheduling.order_search`) finishes sooner is
+  kept, program order unless the other wins by :data:`REORDER_MARGIN`.
 * ``explicit`` — the program's ``on s { }`` blocks keep their streams (and their own
   ``record``/``wait``/``barrier``); the other tasks go by unit.
 * ``list`` — a cost-aware list scheduler (critical-path priorities) picks each task's stream
@@ -25,6 +28,7 @@ Built in:
 
 from __future__ import annotations
 
+import heapq
 import math
 import re
 from collections.abc import Mapping
@@ -32,7 +36,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from rtgraph.compiler.scheduling.list_scheduler import Job, list_schedule
-from rtgraph.compiler.scheduling.order_search import improve_order
+from rtgraph.compiler.scheduling.order_search import Replay, improve_order
 from rtgraph.compiler.taskgraph import DagTask, TaskGraph
 from rtgraph.errors import UsageError, did_you_mean
 from rtgraph.ir.graph import UNITS
@@ -58,7 +62,7 @@ POLICIES: dict[str, str] = {
     "auto": "explicit for a program that declares streams, else by-unit",
     "single": "one stream, every task in program order (the baseline)",
     "by-unit": "one stream per unit type in use (Cube, Vector, DMA), as CANN recommends",
-    "by-unit:N": "up to N streams per unit type, each task on the one that frees earliest",
+    "by-unit:N": "up to N streams per unit type, tasks dealt by a list schedule or program order",
     "explicit": "the program's own streams (`on s { }` blocks), the other tasks by unit",
     "list": "a cost-aware list scheduler picks each task's stream and the submission order",
 }
@@ -132,7 +136,19 @@ class ByUnit:
                 streams.append(StreamInfo(len(streams), f"{unit}{suffix}"))
         if self.per_unit == 1:
             return Assignment(tuple(streams), {t.id: lanes[t.unit][0] for t in graph.tasks})
-        return _compact(streams, _spread(graph, lanes))
+        program_order = [i for i in graph.script if isinstance(i, int)]
+        candidates = [
+            (_spread_in_program_order(graph, lanes), program_order),
+            _spread_by_priority(graph, lanes),
+        ]
+        # The cost model leaves out what couples the streams on the device (HBM and the host
+        # link shared by running tasks): each candidate is weighed on the device's own timing.
+        spans = [Replay(graph, of).makespan(order) for of, order in candidates]
+        chosen = 1 if spans[1] < (1 - REORDER_MARGIN) * spans[0] else 0
+        assignment = _compact(streams, candidates[chosen][0])
+        if chosen == 0:  # program order: the script's own (syncs and callbacks in place)
+            return assignment
+        return Assignment(assignment.streams, assignment.stream_of, tuple(candidates[chosen][1]))
 
 
 def _compact(streams: list[StreamInfo], stream_of: dict[int, int]) -> Assignment:
@@ -143,8 +159,9 @@ def _compact(streams: list[StreamInfo], stream_of: dict[int, int]) -> Assignment
     return Assignment(kept, {t: new[s] for t, s in stream_of.items()})
 
 
-def _spread(graph: TaskGraph, lanes: dict[str, list[int]]) -> dict[int, int]:
-    """Each task, in program order, to the stream of its unit that can start it earliest."""
+def _spread_in_program_order(graph: TaskGraph, lanes: dict[str, list[int]]) -> dict[int, int]:
+    """Each task, in program order, to the stream of its unit that can start it earliest (a
+    predecessor's on ties), by the cost model."""
     free_at = {s: 0.0 for ss in lanes.values() for s in ss}
     finish: dict[int, float] = {}
     stream_of: dict[int, int] = {}
@@ -163,6 +180,66 @@ def _spread(graph: TaskGraph, lanes: dict[str, list[int]]) -> dict[int, int]:
         finish[item] = free_at[best] = start + task_estimate_us(task, graph)
         stream_of[item] = best
     return stream_of
+
+
+def _spread_by_priority(
+    graph: TaskGraph, lanes: dict[str, list[int]]
+) -> tuple[dict[int, int], list[int]]:
+    """List scheduling onto each unit's streams, by the cost model: whenever a stream frees,
+    the ready task of its unit with the longest path to the end (bottom level) starts on it if
+    its unit has the cores — on the stream of its latest-finishing predecessor when that one is
+    free (no event needed), else on the one idle longest. Returns each task's stream and the
+    start order, which is the submission order (in-order streams then run each stream's tasks
+    as the schedule did)."""
+    script = [i for i in graph.script if isinstance(i, int)]
+    rank = {t: k for k, t in enumerate(script)}
+    dag = graph.dag
+    took = {t: task_estimate_us(graph.tasks[t], graph) for t in script}
+    level: dict[int, float] = {}
+    for t in reversed(script):  # the script is a topological order of the DAG
+        level[t] = took[t] + max((level[s] for s in dag.successors(t)), default=0.0)
+    waiting = {t: sum(1 for _ in dag.predecessors(t)) for t in script}
+    cores = {u: graph.device.unit(u).cores for u in lanes}
+    free_cores = dict(cores)
+    idle_since = {s: 0.0 for ss in lanes.values() for s in ss}  # stream → idle since; absent: busy
+    ready: dict[str, list[tuple[float, int, int]]] = {u: [] for u in lanes}
+    for t in script:
+        if waiting[t] == 0:
+            heapq.heappush(ready[graph.tasks[t].unit], (-level[t], rank[t], t))
+    running: list[tuple[float, int, int]] = []  # (finish, rank, task)
+    finish: dict[int, float] = {}
+    stream_of: dict[int, int] = {}
+    order: list[int] = []
+    now = 0.0
+    while len(order) < len(script):
+        for unit, heap in ready.items():
+            while heap:
+                t = heap[0][2]
+                demand = min(graph.tasks[t].block_dim, cores[unit])
+                free = [s for s in lanes[unit] if s in idle_since]
+                if not free or demand > free_cores[unit]:
+                    break  # the highest-priority task waits; nothing overtakes it on its unit
+                heapq.heappop(heap)
+                preds = sorted(dag.predecessors(t), key=lambda p: (-finish[p], rank[p]))
+                mine = [stream_of[p] for p in preds if stream_of[p] in free]
+                s = mine[0] if mine else min(free, key=lambda s: (idle_since[s], s))
+                del idle_since[s]
+                free_cores[unit] -= demand
+                stream_of[t] = s
+                order.append(t)
+                finish[t] = now + took[t]
+                heapq.heappush(running, (finish[t], rank[t], t))
+        now = running[0][0]
+        while running and running[0][0] <= now:
+            _, _, t = heapq.heappop(running)
+            unit = graph.tasks[t].unit
+            idle_since[stream_of[t]] = now
+            free_cores[unit] += min(graph.tasks[t].block_dim, cores[unit])
+            for s in dag.successors(t):
+                waiting[s] -= 1
+                if waiting[s] == 0:
+                    heapq.heappush(ready[graph.tasks[s].unit], (-level[s], rank[s], s))
+    return stream_of, order
 
 
 class Explicit:
@@ -201,6 +278,10 @@ def _resource(task: DagTask) -> str:
 
 #: How much lower (a fraction) the chain mapping's score must be for ``list`` to prefer it.
 CHAIN_MARGIN = 0.05
+#: How much sooner (a fraction) ``by-unit:N``'s list-scheduled candidate must finish, on the
+#: device's timing, to be preferred to program order: the replay leaves out the host and the
+#: events, so a reordering must win clearly.
+REORDER_MARGIN = 0.01
 #: Replays of the device's timing ``list`` may spend improving its submission order (the
 #: default order-search budget), and the cap on replays × tasks (a replay costs about a task's
 #: worth of events per task).
