@@ -86,6 +86,18 @@ SCRIPTS: tuple[tuple[str, list[str], list[str], str], ...] = (
         "list scheduler against the STG optimal schedules",
     ),
     (
+        "streams_per_core",
+        ["benchmarks/streams_per_core.py"],
+        ["benchmarks/streams_per_core.py", "--instances", "20"],
+        "by-unit:N (N = the cores) and list against exact optima on random single-core DAGs",
+    ),
+    (
+        "onnx_conformance",
+        ["benchmarks/onnx_conformance.py"],
+        ["benchmarks/onnx_conformance.py", "--no-timing"],
+        "ONNX's backend test models imported and run against the outputs ONNX ships",
+    ),
+    (
         "memory_planning",
         ["benchmarks/memory_planning.py"],
         ["benchmarks/memory_planning.py", "--method", "fast"],
