@@ -44,8 +44,9 @@ PASSES: tuple[Pass, ...] = (
     order_submissions,
 )
 #: Plans that measure liveness on the streams (``stream-ordered``, ``timed``) follow stream
-#: assignment; the policy sees the true dependencies only (every tensor its own region), and
-#: hazards are found again on the final addresses.
+#: assignment; the policy sees the true dependencies only (every tensor its own region: no
+#: placement is planned for it), and hazards are found again on the final addresses — or kept,
+#: when the plan moved no byte (see :func:`find_hazards`).
 STREAM_ORDERED_PASSES: tuple[Pass, ...] = (
     lower,
     plan_provisional_memory,

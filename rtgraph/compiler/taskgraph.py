@@ -2,8 +2,10 @@
 
 Lowering turns the IR into tasks (one per op that does work, plus the host copies) over
 *storages* (tensors that need device memory) seen through *views* (a typed strided window on a
-storage: every operand of every task is one). The passes then fill it in, each returning a new
-graph (``dataclasses.replace``) rather than mutating its input:
+storage: every operand of every task is one). The passes then fill it in, each returning the
+graph with its new fields set (``dataclasses.replace`` of the graph only: the task records, the
+storages and views are shared, never copied), and the hazard pass adding its edges to the one
+:class:`Dag` in place:
 
 ========================  ========================================================
 ``lower``                 tasks, storages, views, data/after edges, the host script
@@ -17,15 +19,47 @@ graph (``dataclasses.replace``) rather than mutating its input:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Literal
-
-import networkx as nx
+from collections.abc import Iterator
+from dataclasses import MISSING, dataclass, field, fields
+from typing import Any, Literal, TypeVar
 
 from rtgraph.device.spec import DeviceSpec
 from rtgraph.errors import Span
 from rtgraph.ir.graph import Program
 from rtgraph.stream_program.program import MemoryPlan, Operand, StreamInfo
+
+R = TypeVar("R")
+_DEFAULTS: dict[type, tuple[dict[str, Any], tuple[tuple[str, Any], ...]]] = {}
+
+
+def build(cls: type[R], values: dict[str, Any]) -> R:
+    """``cls(**values)`` for a frozen dataclass ``cls`` (no ``__post_init__``, no slots),
+    fields not given at their defaults — made by filling the instance's ``__dict__``.
+
+    A frozen dataclass's constructor sets each field through ``object.__setattr__``; for the
+    records the passes make once per task or hazard (20-odd fields), that is most of their
+    cost, and this is several times faster. The instance is the same: equal, hashed and
+    printed alike (``tests/test_compile_speed_passes.py`` checks it for each record type).
+    """
+    known = _DEFAULTS.get(cls)
+    if known is None:
+        assert not hasattr(cls, "__post_init__") and "__slots__" not in cls.__dict__, cls
+        plain = {f.name: f.default for f in fields(cls) if f.default is not MISSING}  # type: ignore[arg-type]
+        made = tuple(
+            (f.name, f.default_factory)
+            for f in fields(cls)  # type: ignore[arg-type]
+            if f.default_factory is not MISSING
+        )
+        known = _DEFAULTS[cls] = (plain, made)
+    plain, made = known
+    record = object.__new__(cls)
+    state = record.__dict__
+    state.update(plain)
+    for name, factory in made:
+        if name not in values:
+            state[name] = factory()
+    state.update(values)
+    return record
 
 
 @dataclass(frozen=True)
@@ -58,8 +92,13 @@ class View:
     dtype: str
 
     def extent(self) -> tuple[int, int]:
-        """The bytes ``[lo, hi)`` of the storage this view can touch (its strided hull)."""
-        return Operand(self.name, self.offset, self.shape, self.strides, self.dtype).extent
+        """The bytes ``[lo, hi)`` of the storage this view can touch (its strided hull);
+        worked out once per view (lowering asks for each operand's several times)."""
+        known = self.__dict__.get("_extent")
+        if known is None:
+            known = Operand(self.name, self.offset, self.shape, self.strides, self.dtype).extent
+            self.__dict__["_extent"] = known
+        return known
 
 
 @dataclass(frozen=True)
@@ -137,6 +176,58 @@ class Hazard:
     reuse: bool = False  # only memory reuse puts these two tasks on common bytes
 
 
+class Dag:
+    """The task DAG: tasks ``0..n-1``, each edge ``src → dst`` with a kind — ``data`` (``dst``
+    reads what ``src`` wrote), ``after`` (the program's ``after=``) or ``hazard`` (bytes only).
+
+    Index-based (a dict of predecessors and a list of successors per task, in the order the
+    edges were added) because the passes only walk it; it answers the few questions the
+    schedulers ask (``predecessors``, ``successors``, ``has_edge``, ``edges``) in
+    networkx's terms, and no algorithm of networkx is needed.
+    """
+
+    __slots__ = ("pred", "succ")
+
+    def __init__(self, n: int = 0) -> None:
+        #: Per task, its predecessors → the kind of the edge from each.
+        self.pred: list[dict[int, str]] = [{} for _ in range(n)]
+        #: Per task, its successors.
+        self.succ: list[list[int]] = [[] for _ in range(n)]
+
+    def add_node(self) -> int:
+        """A new task with no edges; its index."""
+        self.pred.append({})
+        self.succ.append([])
+        return len(self.pred) - 1
+
+    def add_edge(self, src: int, dst: int, kind: str) -> None:
+        """``src → dst`` of ``kind`` (an edge already there takes the new kind)."""
+        pred = self.pred[dst]
+        if src not in pred:
+            self.succ[src].append(dst)
+        pred[src] = kind
+
+    def has_edge(self, src: int, dst: int) -> bool:
+        return src in self.pred[dst]
+
+    def predecessors(self, t: int) -> Iterator[int]:
+        return iter(self.pred[t])
+
+    def successors(self, t: int) -> Iterator[int]:
+        return iter(self.succ[t])
+
+    @property
+    def edges(self) -> Iterator[tuple[int, int]]:
+        """Every edge ``(src, dst)``, by source."""
+        return ((src, dst) for src, dsts in enumerate(self.succ) for dst in dsts)
+
+    def number_of_edges(self) -> int:
+        return sum(len(p) for p in self.pred)
+
+    def __len__(self) -> int:
+        return len(self.pred)
+
+
 @dataclass(frozen=True)
 class TaskGraph:
     program: Program
@@ -145,7 +236,7 @@ class TaskGraph:
     storages: dict[str, Storage]
     views: dict[str, View]
     script: tuple[int | HostStep, ...]
-    dag: nx.DiGraph
+    dag: Dag
     memory: MemoryPlan | None = None
     hazards: tuple[Hazard, ...] | None = None
     streams: tuple[StreamInfo, ...] = ()
@@ -153,6 +244,8 @@ class TaskGraph:
     order: tuple[int, ...] | None = None
     alloc_ops: dict[str, Any] | None = None
     notes: dict[str, Any] = field(default_factory=dict)
+    #: What ``hazards`` were found on: the walk and each storage's bytes (see find_hazards).
+    hazards_basis: tuple[Any, ...] | None = None
 
     def task_ids(self) -> range:
         return range(len(self.tasks))

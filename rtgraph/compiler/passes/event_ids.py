@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-from dataclasses import replace
 
 from rtgraph.stream_program.program import Command, Record, Wait
 
@@ -43,8 +42,8 @@ def colour_events(commands: Sequence[Command], first_id: int) -> tuple[list[Comm
             ids[c.event] = ev
             heapq.heappush(live, (last_use[c.event], ev))
             peak = max(peak, len(live))
-            c = replace(c, event=ev)
+            c = Record(c.stream, ev, c.span)  # (``replace``, without its generic path)
         elif type(c) is Wait and c.event >= first_id:
-            c = replace(c, event=ids[c.event])
+            c = Wait(c.stream, ids[c.event], c.span)
         out.append(c)
     return out, next_id, peak

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from rtgraph.compiler.taskgraph import DagTask, Hazard, TaskGraph
+from rtgraph.compiler.taskgraph import DagTask, Hazard, TaskGraph, build
 from rtgraph.stream_program.hazards import AccessTracker
 
 if TYPE_CHECKING:  # for annotations only: the options module imports the passes' vocabularies
@@ -48,39 +48,68 @@ def read_ranges(graph: TaskGraph, task: DagTask) -> list[tuple[int, int]]:
 
 
 def find_hazards(graph: TaskGraph, options: CompileOptions) -> TaskGraph:
-    """``graph`` with ``hazards`` set and hazard edges added to its DAG (no option applies)."""
+    """``graph`` with ``hazards`` set and hazard edges added to its DAG (no option applies).
+
+    The DAG is extended in place (its data and ``after=`` edges stay; a hazard that is not an
+    edge yet becomes one of kind ``hazard``). When the hazards were already found on the same
+    walk and the same bytes — a memory re-plan that moved nothing, as for programs without
+    pooled tensors — they are kept as they are: the walk would find exactly them again.
+    """
+    walk = tuple(
+        item
+        for item in (graph.order if graph.order is not None else graph.script)
+        if isinstance(item, int)
+    )
+    assert graph.memory is not None, "plan_memory must run before"
+    regions = graph.memory.regions
+    basis = (walk, {name: (r.offset, r.size) for name, r in regions.items()})
+    if graph.hazards is not None and graph.hazards_basis == basis:
+        return graph
+    tasks = graph.tasks
     tracker = AccessTracker()
     hazards: list[Hazard] = []
-    walk = graph.order if graph.order is not None else graph.script
-    for item in walk:
-        if not isinstance(item, int):
-            continue
-        task = graph.tasks[item]
-        conflicts = tracker.access(
-            task.id,
-            read_ranges(graph, task),
-            task_ranges(graph, task.writes, task.window),
-        )
-        for c in conflicts:
-            src = graph.tasks[c.src]
-            first, second = {
-                "RAW": (src.writes, task.reads),
-                "WAR": (src.reads, task.writes),
-                "WAW": (src.writes, task.writes),
-            }[c.kind]
-            shared = set(first) & set(second)
-            hazards.append(Hazard(c.src, c.dst, c.kind, c.lo, c.hi, reuse=not shared))
-        for src, _, kind in graph.dag.in_edges(task.id, data="kind"):
+    preds = graph.dag.pred
+    for t in walk:
+        task = tasks[t]
+        if task.reads or task.writes:
+            hazards.extend(_conflicts(tracker, task, tasks, graph))
+        for src, kind in preds[t].items():
             if kind == "after":
-                hazards.append(Hazard(src, task.id, "ORDER"))
-    dag = graph.dag.copy()
+                hazards.append(build(Hazard, {"src": src, "dst": t, "kind": "ORDER"}))
+    dag = graph.dag
     for h in hazards:
-        if dag.has_edge(h.src, h.dst):
-            dag.edges[h.src, h.dst].setdefault("hazards", []).append(h.kind)
-        else:
-            dag.add_edge(h.src, h.dst, kind="hazard", hazards=[h.kind])
+        if not dag.has_edge(h.src, h.dst):
+            dag.add_edge(h.src, h.dst, "hazard")
     counts = {k: 0 for k in ("RAW", "WAR", "WAW", "ORDER")}
     for h in hazards:
         counts[h.kind] += 1
     notes = {**graph.notes, "hazards": counts}
-    return replace(graph, hazards=tuple(hazards), dag=dag, notes=notes)
+    return replace(graph, hazards=tuple(hazards), notes=notes, hazards_basis=basis)
+
+
+def _conflicts(
+    tracker: AccessTracker, task: DagTask, tasks: tuple[DagTask, ...], graph: TaskGraph
+) -> list[Hazard]:
+    """Record ``task``'s accesses in ``tracker``; the hazards into it that they make. A
+    hazard is a reuse when the two tasks have no storage in common on its side."""
+    assert graph.memory is not None
+    regions = graph.memory.regions
+    window = task.window
+    if window is None:
+        writes = [(regions[n].offset, regions[n].offset + regions[n].size) for n in task.writes]
+    else:
+        writes = [
+            (regions[n].offset + window[0], regions[n].offset + window[1]) for n in task.writes
+        ]
+    hazards = []
+    for c in tracker.access(task.id, read_ranges(graph, task), writes):
+        src = tasks[c.src]
+        if c.kind == "RAW":
+            first, second = src.writes, task.reads
+        elif c.kind == "WAR":
+            first, second = src.reads, task.writes
+        else:
+            first, second = src.writes, task.writes
+        fields = {"src": c.src, "dst": c.dst, "kind": c.kind, "lo": c.lo, "hi": c.hi}
+        hazards.append(build(Hazard, {**fields, "reuse": set(first).isdisjoint(second)}))
+    return hazards

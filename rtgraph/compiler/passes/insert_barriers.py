@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from rtgraph.compiler.passes.event_ids import colour_events
 from rtgraph.compiler.passes.find_hazards import read_ranges
-from rtgraph.compiler.taskgraph import Hazard, HostStep, TaskGraph
+from rtgraph.compiler.taskgraph import Hazard, HostStep, TaskGraph, build
 from rtgraph.errors import CapacityError
 from rtgraph.stream_program.program import (
     Barrier,
@@ -41,7 +41,6 @@ from rtgraph.stream_program.program import (
     Sync,
     Task,
     Wait,
-    validate,
 )
 
 if TYPE_CHECKING:  # for annotations only: the options module imports the passes' vocabularies
@@ -279,7 +278,7 @@ class _Walk:
         ]
 
     def stream_program(self) -> StreamProgram:
-        """The walk's entries as a validated stream program, barrier marks placed and event
+        """The walk's entries as a stream program, barrier marks placed and event
         ids coloured; a :class:`CapacityError` when more events are live than the device has."""
         graph, stats = self.graph, self.stats
         host = self.host
@@ -319,8 +318,7 @@ class _Walk:
             source=program.source,
             meta=notes,
         )
-        validate(sp)
-        return sp
+        return sp  # checked by order_submissions, the pass after this (or on its first run)
 
 
 def _assemble(
@@ -383,7 +381,9 @@ def _tasks(graph: TaskGraph) -> list[Task]:
 
     def operand(name: str) -> Operand:
         v = graph.views[name]
-        return Operand(name, regions[v.base].offset + v.offset, v.shape, v.strides, v.dtype)
+        offset = regions[v.base].offset + v.offset
+        fields = {"tensor": name, "offset": offset, "shape": v.shape, "strides": v.strides}
+        return build(Operand, {**fields, "dtype": v.dtype})
 
     def ranges(
         names: tuple[str, ...], window: tuple[int, int] | None = None
@@ -397,27 +397,30 @@ def _tasks(graph: TaskGraph) -> list[Task]:
     out = []
     pred = graph.dag.pred
     for t in graph.tasks:
-        deps = sorted(p for p, edge in pred[t.id].items() if edge["kind"] != "hazard")
+        deps = sorted(p for p, kind in pred[t.id].items() if kind != "hazard")
         out.append(
-            Task(
-                id=t.id,
-                name=t.name,
-                op=t.op,
-                unit=t.unit,
-                inputs=tuple(operand(n) for n in t.inputs),
-                output=operand(t.output) if t.output is not None else None,
-                reads=tuple(read_ranges(graph, t)),
-                writes=ranges(t.writes, t.window),
-                flops=t.flops,
-                bytes_read=t.bytes_read,
-                bytes_written=t.bytes_written,
-                block_dim=t.block_dim,
-                attrs=t.attrs,
-                duration_us=t.duration_us,
-                host=t.host,
-                deps=tuple(deps),
-                span=t.span,
-                regions=tuple(dict.fromkeys((*t.reads, *t.writes))),
+            build(
+                Task,
+                dict(
+                    id=t.id,
+                    name=t.name,
+                    op=t.op,
+                    unit=t.unit,
+                    inputs=tuple(operand(n) for n in t.inputs),
+                    output=operand(t.output) if t.output is not None else None,
+                    reads=tuple(read_ranges(graph, t)),
+                    writes=ranges(t.writes, t.window),
+                    flops=t.flops,
+                    bytes_read=t.bytes_read,
+                    bytes_written=t.bytes_written,
+                    block_dim=t.block_dim,
+                    attrs=t.attrs,
+                    duration_us=t.duration_us,
+                    host=t.host,
+                    deps=tuple(deps),
+                    span=t.span,
+                    regions=tuple(dict.fromkeys((*t.reads, *t.writes))),
+                ),
             )
         )
     return out

@@ -11,12 +11,11 @@ compiler, the interpreter and the emulator agree on what is a view by constructi
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from itertools import pairwise
 from typing import TYPE_CHECKING
 
-import networkx as nx
-
 from rtgraph.compiler.optimizer.rewrite import concats_in_place, output_parts
-from rtgraph.compiler.taskgraph import DagTask, HostStep, Storage, TaskGraph, View
+from rtgraph.compiler.taskgraph import Dag, DagTask, HostStep, Storage, TaskGraph, View, build
 from rtgraph.device.spec import DeviceSpec
 from rtgraph.dtypes import DTYPES, contiguous_strides
 from rtgraph.errors import Span
@@ -110,7 +109,7 @@ class _Builder:
     storages: dict[str, Storage] = field(default_factory=dict)
     views: dict[str, View] = field(default_factory=dict)
     script: list[int | HostStep] = field(default_factory=list)
-    dag: nx.DiGraph = field(default_factory=nx.DiGraph)
+    dag: Dag = field(default_factory=Dag)
     # per storage, the tasks whose writes are still visible: (lo, hi, task), byte windows
     writers: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)
     parts: dict[str, tuple[str, int, int]] = field(default_factory=dict)  # see output_parts
@@ -157,23 +156,26 @@ class _Builder:
             nbytes = window[1] - window[0]
             label = f"{t.label}[{rows[0]}:{rows[1]}]"
             attrs = {"rows": rows}
-        return DagTask(
-            id=len(self.tasks),
-            name=label,
-            op="h2d",
-            unit="dma",
-            inputs=(),
-            output=name,
-            reads=(),
-            writes=(t.name,),
-            window=window,
-            bytes_read=nbytes,
-            bytes_written=nbytes,
-            dtype=t.type.dtype,
-            host=t.name,
-            span=span,
-            attrs={"pinned": t.pinned, **attrs},
-            stream=stream,
+        return build(
+            DagTask,
+            dict(
+                id=len(self.tasks),
+                name=label,
+                op="h2d",
+                unit="dma",
+                inputs=(),
+                output=name,
+                reads=(),
+                writes=(t.name,),
+                window=window,
+                bytes_read=nbytes,
+                bytes_written=nbytes,
+                dtype=t.type.dtype,
+                host=t.name,
+                span=span,
+                attrs={"pinned": t.pinned, **attrs},
+                stream=stream,
+            ),
         )
 
     def d2h_task(self, name: str, stream: str | None, span: Span | None) -> DagTask:
@@ -185,23 +187,26 @@ class _Builder:
             host, lo, hi = self.parts[name]
             label = f"{self.program.tensors[host].label}[{lo}:{hi}]"
             attrs = {"rows": (lo, hi)}
-        return DagTask(
-            id=len(self.tasks),
-            name=label,
-            op="d2h",
-            unit="dma",
-            inputs=(name,),
-            output=None,
-            reads=(self.base_of(name),),
-            read_windows=(self.window_of(name),),
-            writes=(),
-            bytes_read=t.type.nbytes,
-            bytes_written=t.type.nbytes,
-            dtype=t.type.dtype,
-            host=host,
-            span=span,
-            attrs=attrs,
-            stream=stream,
+        return build(
+            DagTask,
+            dict(
+                id=len(self.tasks),
+                name=label,
+                op="d2h",
+                unit="dma",
+                inputs=(name,),
+                output=None,
+                reads=(self.base_of(name),),
+                read_windows=(self.window_of(name),),
+                writes=(),
+                bytes_read=t.type.nbytes,
+                bytes_written=t.type.nbytes,
+                dtype=t.type.dtype,
+                host=host,
+                span=span,
+                attrs=attrs,
+                stream=stream,
+            ),
         )
 
     def rows_view(self, name: str, rows: tuple[int, int]) -> tuple[str, tuple[int, int]]:
@@ -260,13 +265,13 @@ class _Builder:
     def add(self, task: DagTask, after: tuple[str, ...] = ()) -> int:
         self.tasks.append(task)
         self.script.append(task.id)
-        self.dag.add_node(task.id)
+        self.dag.add_node()
         for name in task.inputs:
             for src in self.producers_of(name):
-                self.dag.add_edge(src, task.id, kind="data")
+                self.dag.add_edge(src, task.id, "data")
         for name in after:
             for src in self.producers_of(name):
-                self.dag.add_edge(src, task.id, kind="after")
+                self.dag.add_edge(src, task.id, "after")
         self.wrote(task)
         return task.id
 
@@ -301,25 +306,28 @@ class _Builder:
         window = self.output_storage(t_out)
         reads, read_windows = self.read_windows(node.inputs)
         self.add(
-            DagTask(
-                id=len(self.tasks),
-                name=t_out.label,
-                op=node.op,
-                unit=unit,
-                inputs=node.inputs,
-                output=node.output,
-                reads=reads,
-                read_windows=read_windows,
-                writes=(self.base_of(node.output),),
-                window=window,
-                flops=cost.flops,
-                bytes_read=cost.bytes_read,
-                bytes_written=cost.bytes_written,
-                block_dim=block_dim,
-                dtype=t_out.type.dtype,
-                attrs={k: v for k, v in node.attrs.items() if k != "block_dim"},
-                stream=node.stream,
-                span=node.span,
+            build(
+                DagTask,
+                dict(
+                    id=len(self.tasks),
+                    name=t_out.label,
+                    op=node.op,
+                    unit=unit,
+                    inputs=node.inputs,
+                    output=node.output,
+                    reads=reads,
+                    read_windows=read_windows,
+                    writes=(self.base_of(node.output),),
+                    window=window,
+                    flops=cost.flops,
+                    bytes_read=cost.bytes_read,
+                    bytes_written=cost.bytes_written,
+                    block_dim=block_dim,
+                    dtype=t_out.type.dtype,
+                    attrs={k: v for k, v in node.attrs.items() if k != "block_dim"},
+                    stream=node.stream,
+                    span=node.span,
+                ),
             ),
             after=node.after,
         )
@@ -363,22 +371,25 @@ class _Builder:
         writes = tuple(dict.fromkeys(self.base_of(n) for n in attrs.get("writes", ())))
         nbytes = {n: self.storages[n].nbytes for n in (*reads, *writes)}
         task = self.add(
-            DagTask(
-                id=len(self.tasks),
-                name=t_out.label,
-                op="kernel",
-                unit=str(attrs["unit"]),
-                inputs=(),
-                output=None,
-                reads=reads,
-                writes=writes,
-                bytes_read=sum(nbytes[n] for n in reads),
-                bytes_written=sum(nbytes[n] for n in writes),
-                block_dim=int(attrs.get("block_dim", 1)),
-                attrs={k: v for k, v in attrs.items() if k != "block_dim"},
-                duration_us=float(attrs["us"]),
-                stream=node.stream,
-                span=node.span,
+            build(
+                DagTask,
+                dict(
+                    id=len(self.tasks),
+                    name=t_out.label,
+                    op="kernel",
+                    unit=str(attrs["unit"]),
+                    inputs=(),
+                    output=None,
+                    reads=reads,
+                    writes=writes,
+                    bytes_read=sum(nbytes[n] for n in reads),
+                    bytes_written=sum(nbytes[n] for n in writes),
+                    block_dim=int(attrs.get("block_dim", 1)),
+                    attrs={k: v for k, v in attrs.items() if k != "block_dim"},
+                    duration_us=float(attrs["us"]),
+                    stream=node.stream,
+                    span=node.span,
+                ),
             ),
             after=node.after,
         )
@@ -392,10 +403,10 @@ class _Builder:
                 continue
             task = self.d2h_task(name, None, self.program.tensors[name].span)
             self.tasks.append(task)
-            self.dag.add_node(task.id)
+            self.dag.add_node()
             src = self.producer_of(name)
             if src is not None:
-                self.dag.add_edge(src, task.id, kind="data")
+                self.dag.add_edge(src, task.id, "data")
             placed.setdefault(src, []).append(task.id)
         if not placed:
             return
@@ -407,10 +418,27 @@ class _Builder:
         self.script = script
 
     def renumber(self) -> None:
-        """Task ids in program (script) order, so listings read top to bottom."""
-        new = {old: k for k, old in enumerate(i for i in self.script if isinstance(i, int))}
-        self.tasks = sorted((replace(t, id=new[t.id]) for t in self.tasks), key=lambda t: t.id)
-        self.dag = nx.relabel_nodes(self.dag, new)
+        """Task ids in program (script) order, so listings read top to bottom.
+
+        Only the tasks whose id changes are copied (the ``d2h`` copies placed after their
+        producers, and the tasks after them). Each task's predecessors are listed in the order
+        the tasks were made, its successors in the order the edges were added.
+        """
+        new = [0] * len(self.tasks)
+        for k, old in enumerate(i for i in self.script if isinstance(i, int)):
+            new[old] = k
+        if all(k == old for old, k in enumerate(new)):
+            self.dag = _sorted_preds(self.dag)
+            return
+        tasks: list[DagTask] = [self.tasks[0]] * len(self.tasks)
+        for t in self.tasks:
+            tasks[new[t.id]] = t if new[t.id] == t.id else _with_id(t, new[t.id])
+        self.tasks = tasks
+        old_dag, dag = self.dag, Dag(len(new))
+        for old, k in enumerate(new):
+            dag.pred[k] = {new[p]: old_dag.pred[old][p] for p in sorted(old_dag.pred[old])}
+            dag.succ[k] = [new[s] for s in old_dag.succ[old]]
+        self.dag = dag
         self.script = [
             new[i]
             if isinstance(i, int)
@@ -419,3 +447,19 @@ class _Builder:
             else i
             for i in self.script
         ]
+
+
+def _sorted_preds(dag: Dag) -> Dag:
+    """``dag`` with each task's predecessors in the order the tasks were made."""
+    for k, pred in enumerate(dag.pred):
+        keys = list(pred)
+        if any(a > b for a, b in pairwise(keys)):
+            dag.pred[k] = {p: pred[p] for p in sorted(keys)}
+    return dag
+
+
+def _with_id(task: DagTask, id: int) -> DagTask:
+    """``task`` numbered ``id`` (``dataclasses.replace`` without re-running the constructor)."""
+    clone = object.__new__(DagTask)
+    clone.__dict__.update(task.__dict__, id=id)
+    return clone

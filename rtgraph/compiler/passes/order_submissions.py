@@ -64,8 +64,10 @@ def reorder_for_batches(
     program: StreamProgram, batch_size: int, max_events: int | None = None
 ) -> StreamProgram:
     """``program`` re-linearised into runs of up to ``batch_size`` commands per stream, using
-    at most ``max_events`` event ids (else ``program`` itself)."""
+    at most ``max_events`` event ids (else ``program`` itself), validated: the barrier pass
+    leaves the check to this, the last pass, so that a program is checked once."""
     if batch_size <= 1 or len(program.streams) <= 1:
+        validate(program)
         return program
     first_id = int(program.meta.get("user_events", program.num_events))
     commands = _logical_events(program.commands, first_id)
@@ -87,6 +89,7 @@ def reorder_for_batches(
     ordered.extend(commands[k] for k in _runs(commands, segment, batch_size, first_id))
     recoloured, num_events, peak = colour_events(ordered, first_id)
     if recoloured == program.commands or (max_events is not None and peak > max_events):
+        validate(program)
         return program
     barriers = {**program.meta.get("barriers", {}), "events_peak": peak}
     result = replace(
@@ -107,10 +110,10 @@ def _logical_events(commands: list[Command], first_id: int) -> list[Command]:
     for c in commands:
         if type(c) is Record and c.event >= first_id:
             current[c.event] = fresh
-            c = replace(c, event=fresh)
+            c = Record(c.stream, fresh, c.span)
             fresh += 1
         elif type(c) is Wait and c.event >= first_id:
-            c = replace(c, event=current[c.event])
+            c = Wait(c.stream, current[c.event], c.span)
         out.append(c)
     return out
 

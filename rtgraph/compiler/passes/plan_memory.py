@@ -44,7 +44,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from rtgraph.compiler.memplan import Record, plan
+from rtgraph.compiler.memplan import Record, build_problem, plan
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.compiler.passes.memory_plans import plan_problem
 from rtgraph.compiler.scheduling.order_search import Replay
@@ -265,8 +265,10 @@ def _pool_offsets(
         for r in records:
             offsets[r.id] = offset
             offset += align_up(max(r.size, 1), alignment)
-        placement = plan(records, alignment=alignment, method="fast") if records else None
-        return offsets, offset, placement.lower_bound if placement else 0, records
+        # Only the max-live bound is wanted, not a placement: no planner runs (and no pair
+        # of conflicting lifetimes is listed).
+        bound = build_problem(records, alignment, max_pairs=0).lower_bound if records else 0
+        return offsets, offset, bound, records
     offsets, height, lower_bound = _pack(records, alignment)
     if lives is not None:
         # One pool per stream, as a stream-ordered allocator keeps them, when that is
@@ -290,7 +292,9 @@ def plan_provisional_memory(graph: TaskGraph, options: CompileOptions) -> TaskGr
     The plans that measure liveness on the streams, and run-time allocation, place tensors
     only once the streams are assigned; until then stream assignment must see the true
     dependencies alone, which separate regions give. This placement never runs, so it is not
-    held to the device's capacity: the plan (or the allocator) that replaces it is.
+    held to the device's capacity: the plan (or the allocator) that replaces it is. Side by
+    side needs no planner (plan ``none`` only reports the max-live bound), so the program's
+    memory is planned once, by the plan that replaces this.
     """
     return plan_with(graph, "none", check_capacity=False)
 

@@ -1,0 +1,117 @@
+"""The compiler's one task representation (issue 14, item 2): what makes it fast stays exact.
+
+The passes share one index-based :class:`~rtgraph.compiler.taskgraph.Dag` (no networkx on the
+compile path), build their records without the frozen constructor
+(:func:`~rtgraph.compiler.taskgraph.build`), keep the hazards when a memory re-plan moved no
+byte, and the provisional plan runs no planner. Each shortcut must give what the long way
+gives; the timings themselves are benchmarks' business (``benchmarks/simulate_speed.py``).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import rtgraph
+from rtgraph.compiler.optimizer.pipeline import optimize
+from rtgraph.compiler.options import CompileOptions
+from rtgraph.compiler.passes import plan_memory as plan_memory_module
+from rtgraph.compiler.passes.assign_streams import assign_streams
+from rtgraph.compiler.passes.find_hazards import find_hazards
+from rtgraph.compiler.passes.lower import lower
+from rtgraph.compiler.passes.plan_memory import plan_memory, plan_provisional_memory, plan_with
+from rtgraph.compiler.taskgraph import Dag, DagTask, Hazard, build
+from rtgraph.stream_program.program import Operand, Task
+
+MODELS = Path(__file__).resolve().parent.parent / "models"
+
+
+@pytest.mark.parametrize(
+    ("cls", "values"),
+    [
+        (
+            DagTask,
+            {"id": 3, "name": "t", "op": "kernel", "unit": "cube", "inputs": ()}
+            | {"output": None, "reads": ("a",), "writes": ("b",), "duration_us": 1.5},
+        ),
+        (Hazard, {"src": 1, "dst": 2, "kind": "WAR", "lo": 0, "hi": 64, "reuse": True}),
+        (Hazard, {"src": 1, "dst": 2, "kind": "ORDER"}),
+        (
+            Operand,
+            {"tensor": "x", "offset": 512, "shape": (2, 3), "strides": (12, 4), "dtype": "f32"},
+        ),
+        (
+            Task,
+            {"id": 0, "name": "t", "op": "add", "unit": "vector", "inputs": (), "output": None}
+            | {"reads": ((0, 8),), "writes": ((8, 16),), "deps": (), "regions": ("a", "b")},
+        ),
+    ],
+)
+def test_build_makes_what_the_constructor_makes(cls, values):
+    made, built = cls(**values), build(cls, values)
+    assert built == made and repr(built) == repr(made) and type(built) is cls
+    with pytest.raises(AttributeError):
+        built.id = 9  # still frozen
+
+
+def test_build_gives_each_record_its_own_default_factory_value():
+    values = {"id": 0, "name": "t", "op": "kernel", "unit": "cube", "inputs": ()}
+    values |= {"output": None, "reads": (), "writes": ()}
+    a, b = build(DagTask, values), build(DagTask, values)
+    assert a.attrs == {} and a.attrs is not b.attrs
+
+
+def _lowered(name: str, **options) -> tuple:
+    program = rtgraph.load(MODELS / name)
+    bound = CompileOptions(**options).for_device(rtgraph.device())
+    return lower(optimize(program, bound), bound), bound
+
+
+@pytest.mark.parametrize("name", ["transformer_block.rtg", "overlap.rtg", "double_buffer.rtg"])
+def test_the_dag_lists_predecessors_in_the_order_the_tasks_were_made(name):
+    graph, _ = _lowered(name)
+    dag = graph.dag
+    assert isinstance(dag, Dag) and len(dag) == len(graph.tasks)
+    for t in range(len(dag)):
+        for p in dag.predecessors(t):
+            assert dag.has_edge(p, t) and t in list(dag.successors(p))
+    edges = sorted(dag.edges)
+    assert len(edges) == len(set(edges)) == dag.number_of_edges()
+    assert all(src < dst for src, dst in edges)  # program order, after renumbering
+
+
+def test_hazards_are_kept_when_the_re_plan_moves_no_byte_and_found_again_when_it_does():
+    graph, options = _lowered("transformer_block.rtg", streams="by-unit")
+    found = find_hazards(plan_provisional_memory(graph, options), options)
+    assigned = assign_streams(found, options)
+    same_bytes = plan_with(assigned, "none")
+    assert find_hazards(same_bytes, options) is same_bytes  # nothing to find again
+    reused = plan_memory(assigned, replace(options, memory="greedy"))
+    again = find_hazards(reused, options)
+    assert again is not reused
+    assert any(h.reuse for h in again.hazards)  # the reuse the plan made is ordered
+
+
+def test_the_provisional_plan_runs_no_planner(monkeypatch):
+    graph, options = _lowered("attention.rtg")
+
+    def refuse(*args, **kwargs):
+        raise AssertionError("the provisional plan needs no placement")
+
+    monkeypatch.setattr(plan_memory_module, "plan", refuse)
+    planned = plan_provisional_memory(graph, options)
+    assert planned.notes["memory"]["pool_lower_bound"] > 0
+
+
+def test_compiling_does_not_import_networkx():
+    code = (
+        "import sys, rtgraph\n"
+        f"rtgraph.compile(rtgraph.load({str(MODELS / 'mlp.rtg')!r}))\n"
+        "print('networkx' in sys.modules)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
