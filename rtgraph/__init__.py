@@ -5,7 +5,7 @@ Source → AST → IR (:mod:`rtgraph.ir`) → task DAG (:mod:`rtgraph.compiler.t
 results → reports. The functions below run one stage each; see :mod:`rtgraph.api`.
 """
 
-from rtgraph.api import compare, compile, device, load, parse, run
+from rtgraph.api import compare, compile, device, load, parse, reference, run
 from rtgraph.errors import RtgError, RtgErrors
 from rtgraph.ir import Program, evaluate, format_program
 from rtgraph.stream_program import StreamProgram
@@ -25,5 +25,6 @@ __all__ = [
     "format_program",
     "load",
     "parse",
+    "reference",
     "run",
 ]

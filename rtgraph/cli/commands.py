@@ -27,6 +27,7 @@ from rtgraph.files import write_atomic
 from rtgraph.ir.data import check_seed
 from rtgraph.ir.interpreter import check_supplied, evaluate
 from rtgraph.ir.printing import format_program
+from rtgraph.ir.reference import check_mode
 from rtgraph.ops import op_table
 from rtgraph.reports.advisor import advise, format_advice
 from rtgraph.reports.explain import explain
@@ -142,6 +143,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     if program is not None:  # located errors for what the npz files miss, before the run
         check_supplied(program, inputs, params, fill_missing=args.fill_missing)
     supplied = {"inputs": inputs, "params": params, "seed": args.seed}
+    mode = "none"
+    if program is not None and not args.timing_only:
+        mode = check_mode(program, args.check)
     result = api.run(
         compiled,
         device=spec,
@@ -150,15 +154,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         **supplied,
     )
     report = {}
-    if program is not None and not args.timing_only:
-        reference = evaluate(program, fill_missing=args.fill_missing, **supplied)
+    if mode != "none":
+        reference = api.reference(program, check=mode, fill_missing=args.fill_missing, **supplied)
         report = api.compare(result.outputs, reference)
     _write_reports(args, result, compiled, spec)
     if args.json:
         data = result.to_json()
         data["reference"] = {k: v["max_abs"] for k, v in report.items()}
         data["reference_equal"] = {k: v["equal"] for k, v in report.items()}
-        data["reference_checked"] = program is not None and not args.timing_only
+        data["reference_checked"] = mode != "none"
+        data["check"] = mode
+        data["reference_elements"] = {k: v["checked"] for k, v in report.items()}
         data["policy"] = compiled.meta.get("policy")
         print(json.dumps(data, indent=1))
     else:
@@ -168,17 +174,28 @@ def cmd_run(args: argparse.Namespace) -> int:
             print(f"compiler: {line}")
         if program is None:
             print(f"\nno check against the reference interpreter: {NO_REFERENCE}")
+        elif mode == "none" and not args.timing_only:
+            print("\nno check against the reference interpreter (--check none)")
         if report:
-            print("\ncheck against the reference interpreter:")
+            print(f"\ncheck against the reference interpreter{_check_scope(mode, report, result)}:")
             for name, r in report.items():
                 verdict = "bit-equal" if r["equal"] else "DIFFERS"
-                size = result.outputs[name].size if name in result.outputs else 0
+                size = r["checked"]
                 odd = f"  ({r['nonfinite']} of {size} values inf/NaN)" if r["nonfinite"] else ""
                 print(
                     f"  {name:<16} max abs {r['max_abs']:.3g}  max rel {r['max_rel']:.3g}  "
                     f"{verdict}{odd}"
                 )
     return 0
+
+
+def _check_scope(mode: str, report: dict, result) -> str:
+    """What a check covered, after "check against the reference interpreter"."""
+    if mode != "sample":
+        return ""
+    checked = sum(r["checked"] for r in report.values())
+    size = sum(result.outputs[name].size for name in report if name in result.outputs)
+    return f" (sample: {checked:,} of {size:,} elements; --check full for every one)"
 
 
 def _window(text: str | None) -> tuple[float, float] | None:

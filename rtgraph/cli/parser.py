@@ -8,6 +8,7 @@ import sys
 
 from rtgraph import __version__
 from rtgraph.compiler.options import OPTIONS
+from rtgraph.ir.reference import CHECK_MODES, FULL_CHECK_FLOPS, SAMPLE_SIZE
 
 #: The CLI flag of each compile option it sets, and the values each takes (shown as
 #: ``{a,b,…}`` in the usage; validated, with a hint, by :class:`CompileOptions`).
@@ -106,6 +107,13 @@ def build_parser() -> argparse.ArgumentParser:
     add_data_args(p)
     p.add_argument("--json", action="store_true", help="one JSON object for scripts")
     p.add_argument("--timing-only", action="store_true", help="no numerics (large programs)")
+    p.add_argument(
+        "--check",
+        choices=CHECK_MODES,
+        help="check the outputs against the reference interpreter: every element (full), "
+        f"up to {SAMPLE_SIZE} per output (sample) or not at all (none); default full up to "
+        f"{FULL_CHECK_FLOPS / 1e9:g} GFLOP of arithmetic, sample above",
+    )
     p.add_argument("--timeline", metavar="OUT", help="timeline picture (.png, .svg or .pdf)")
     p.add_argument("--window", metavar="START:END", help="zoom the timeline to this span (µs)")
     p.add_argument("--trace", metavar="OUT.json", help="Chrome Trace Event JSON (Perfetto)")

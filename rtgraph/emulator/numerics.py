@@ -6,7 +6,9 @@ buffer, offset, strides)``; bf16 is stored as ``uint16`` and converted with
 :func:`~rtgraph.dtypes.from_storage` / :func:`~rtgraph.dtypes.to_storage`).
 
 When values move, and why: a task reads its inputs when it STARTS (its kernel is computed
-then) and writes its output when it FINISHES. Two conflicting tasks whose execution overlaps
+then, rounding its f32/f16 result straight into a staging buffer of the output's shape, reused
+from task to task — no result arrays, no fresh pages) and writes its output when it FINISHES
+(one copy into device memory). Two conflicting tasks whose execution overlaps
 therefore really corrupt each other, as on hardware: a reader that starts before the writer
 finishes sees the old bytes. ``h2d`` reads the host array at start and writes device memory at
 finish; ``d2h`` reads device memory at start and delivers the host output at finish. A failed
@@ -138,6 +140,7 @@ class Numerics:
         self._shapes = {h.name: tuple(h.shape) for h in program.host_tensors}
         self._plans = [self._plan(t) for t in program.tasks]
         self._pending: list[Any] = [None] * len(program.tasks)
+        self._spare: dict[tuple[tuple[int, ...], str], list[np.ndarray]] = {}  # staging buffers
         self.nonfinite: dict[int, int] = {}  # task id -> count of non-finite output elements
 
     # --- before the run ------------------------------------------------------------------
@@ -198,28 +201,33 @@ class Numerics:
             return
         kind = plan[0]
         if kind == _OP:
-            _, op, views, dtypes, attrs, _out, out_type, t = plan
+            _, op, views, dtypes, attrs, out, out_type, t = plan
             arrays = [
                 from_storage(v, d) if d == "bf16" else v for v, d in zip(views, dtypes, strict=True)
             ]
-            try:
-                result = run_kernel(op, arrays, attrs, out_type)
+            staging = self._staging(out)
+            try:  # into staging: a view kernel's result is copied, frozen as it saw it now
+                run_kernel(op, arrays, attrs, out_type, into=staging)
             except Exception as e:  # a kernel bug or a malformed program, never user data
                 raise DeviceError(
                     f"while executing task {task} '{t.name}' ({t.op}): {type(e).__name__}: {e}",
                     span=t.span,
                 ) from e
-            if np.may_share_memory(result, self.memory.buffer):
-                result = result.copy()  # a view kernel: freeze what it saw now
             if self.check_finite and DTYPES[out_type.dtype].is_float:
+                result = from_storage(staging, out_type.dtype)
                 bad = int(result.size - np.count_nonzero(np.isfinite(result)))
                 if bad:
                     self.nonfinite[task] = bad
-            self._pending[task] = to_storage(result, out_type.dtype)
+            self._pending[task] = staging
         elif kind == _H2D:
             self._pending[task] = plan[1]
         else:
             self._pending[task] = np.array(plan[1])  # copy: later writes must not show
+
+    def _staging(self, out: np.ndarray) -> np.ndarray:
+        """A C-contiguous buffer of ``out``'s shape and storage dtype, free until released."""
+        spare = self._spare.setdefault((out.shape, out.dtype.str), [])
+        return spare.pop() if spare else np.empty(out.shape, out.dtype)
 
     def finish(self, task: int, failed: bool) -> None:
         """Write the task's result (unless it failed) and drop it."""
@@ -228,12 +236,15 @@ class Numerics:
             return
         pending = self._pending[task]
         self._pending[task] = None
-        if failed:
-            return
         kind = plan[0]
         if kind == _OP:
-            plan[5][...] = pending
-        elif kind == _H2D:
+            if not failed:
+                plan[5][...] = pending
+            self._spare[pending.shape, pending.dtype.str].append(pending)
+            return
+        if failed:
+            return
+        if kind == _H2D:
             plan[2][...] = pending
         elif plan[4] is None:
             self.outputs[plan[3]] = from_storage(pending, plan[2])

@@ -127,7 +127,8 @@ def evaluate(
     """
     check_host_capacity(program)
     values = host_values(program, inputs, params, seed, fill_missing=fill_missing)
-    for node in program.nodes:
+    dead = dead_after(program)
+    for k, node in enumerate(program.nodes):
         if not isinstance(node, OpNode) or node.op == "kernel":
             continue
         op = lookup(node.op)
@@ -136,4 +137,23 @@ def evaluate(
         if op.unit != "layout" and not result.flags.c_contiguous:
             result = np.ascontiguousarray(result)  # (never for 0-d: it would become 1-d)
         values[node.output] = result
+        for name in dead.get(k, ()):
+            del values[name]
     return {name: values[name] for name in program.outputs}
+
+
+def dead_after(program: Program) -> dict[int, list[str]]:
+    """Per node index: the values no later op reads (outputs and inputs kept), so an
+    evaluation can drop them there and reuse their memory."""
+    last: dict[str, int] = {}
+    for k, node in enumerate(program.nodes):
+        if isinstance(node, OpNode) and node.op != "kernel":
+            for name in node.inputs:
+                last[name] = k
+            last.setdefault(node.output, k)
+    keep = set(program.outputs)
+    dead: dict[int, list[str]] = {}
+    for name, k in last.items():
+        if name not in keep and program.tensors[name].kind not in ("input", "param", "const"):
+            dead.setdefault(k, []).append(name)
+    return dead

@@ -23,6 +23,7 @@ from rtgraph.ops.rules import (
     pair,
     same_dtype,
     wide,
+    wide_contiguous,
     window_out,
     windows,
 )
@@ -72,16 +73,40 @@ def _matmul_cost(types: Types, out: TensorType, attrs: Attrs) -> Cost:
 ROW_BLOCK = 64
 
 
-def _matmul_kernel(arrays: Arrays, attrs: Attrs) -> np.ndarray:
-    a, b = wide(arrays[0]), np.ascontiguousarray(wide(arrays[1]))
+def row_blocks(a: np.ndarray) -> range | None:
+    """The first rows of ``a``'s blocks (:data:`ROW_BLOCK`), or None when one call computes the
+    whole product (``a`` of rank 1 or with at most ``ROW_BLOCK`` rows)."""
     if a.ndim < 2 or a.shape[-2] <= ROW_BLOCK:
+        return None
+    return range(0, a.shape[-2], ROW_BLOCK)
+
+
+def matmul_block(a: np.ndarray, b: np.ndarray, first: int | None) -> np.ndarray:
+    """Rows ``first`` … ``first + ROW_BLOCK - 1`` of ``a @ b`` (all of it for None), computed in
+    the one BLAS call the kernel makes for them: ``a`` wide, ``b`` wide and C-contiguous. The
+    sampled reference (:mod:`rtgraph.ir.sampled`) computes single blocks the same way."""
+    if first is None:
         return np.matmul(np.ascontiguousarray(a), b)
-    rows = a.shape[-2]
-    blocks = [
-        np.matmul(np.ascontiguousarray(a[..., i : i + ROW_BLOCK, :]), b)
-        for i in range(0, rows, ROW_BLOCK)
-    ]
-    return np.concatenate(blocks, axis=-2)
+    return np.matmul(np.ascontiguousarray(a[..., first : first + ROW_BLOCK, :]), b)
+
+
+def _matmul_kernel(arrays: Arrays, attrs: Attrs) -> np.ndarray:
+    a, b = wide_contiguous(arrays[0]), wide_contiguous(arrays[1])
+    blocks = row_blocks(a)
+    if blocks is None:
+        return matmul_block(a, b, None)
+    return np.concatenate([matmul_block(a, b, i) for i in blocks], axis=-2)
+
+
+def _matmul_into(arrays: Arrays, attrs: Attrs, out: np.ndarray) -> None:
+    """The kernel, each block rounded straight into its rows of ``out``."""
+    a, b = wide_contiguous(arrays[0]), wide_contiguous(arrays[1])
+    blocks = row_blocks(a)
+    if blocks is None:
+        np.copyto(out, matmul_block(a, b, None), casting="unsafe")
+        return
+    for i in blocks:
+        np.copyto(out[..., i : i + ROW_BLOCK, :], matmul_block(a, b, i), casting="unsafe")
 
 
 MATMUL = OpDef(
@@ -92,6 +117,7 @@ MATMUL = OpDef(
     infer=_matmul_infer,
     cost=_matmul_cost,
     kernel=_matmul_kernel,
+    kernel_into=_matmul_into,
     doc="matrix product (`a @ b`): batch dims broadcast, rank-1 operands as in NumPy; "
     "f16/bf16 accumulate in f32",
 )

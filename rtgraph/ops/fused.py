@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from rtgraph.dtypes import DTYPES, TensorType, to_value
-from rtgraph.ops.registry import AttrSpec, Cost, OpDef, OpError, lookup
+from rtgraph.ops.registry import AttrSpec, Cost, OpDef, OpError, lookup, run_kernel
 from rtgraph.ops.rules import Arrays, Attrs, Types, operand_bytes
 
 #: The most steps one fused kernel may hold (a fused kernel is one on-chip loop body).
@@ -188,13 +188,26 @@ def _cost(types: Types, out: TensorType, attrs: Attrs) -> Cost:
 
 
 def _kernel(arrays: Arrays, attrs: Attrs) -> np.ndarray:
+    return _run_body(arrays, attrs, None)
+
+
+def _kernel_into(arrays: Arrays, attrs: Attrs, out: np.ndarray) -> None:
+    """The kernel, its last step's result rounded straight into ``out``."""
+    _run_body(arrays, attrs, out)
+
+
+def _run_body(arrays: Arrays, attrs: Attrs, out: np.ndarray | None) -> np.ndarray:
     values = list(arrays)
     fast = bool(attrs.get("fast_math", False))
-    for name, args, step_attrs, dtype, shape in attrs["body"]:
+    body = attrs["body"]
+    for k, (name, args, step_attrs, dtype, shape) in enumerate(body):
         op = lookup(name)
         assert op is not None and op.kernel is not None
         keep = "f32" if fast and DTYPES[dtype].is_float else dtype
-        result = to_value(op.kernel([values[a] for a in args], _attr_dict(step_attrs)), keep)
+        operands, step = [values[a] for a in args], _attr_dict(step_attrs)
+        if out is not None and k == len(body) - 1:
+            return run_kernel(op, operands, step, TensorType(tuple(shape), keep), into=out)
+        result = to_value(op.kernel(operands, step), keep)
         if result.shape != tuple(shape):
             result = np.broadcast_to(result, tuple(shape))
         values.append(result)
@@ -238,6 +251,7 @@ FUSED = OpDef(
     infer=_infer,
     cost=_cost,
     kernel=_kernel,
+    kernel_into=_kernel_into,
     attrs={
         "body": AttrSpec("names", doc="the steps, made by the optimizer"),
         "fast_math": AttrSpec("bool", False, doc="keep intermediates in f32"),

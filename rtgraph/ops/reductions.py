@@ -40,8 +40,9 @@ def _softmax_infer(types: Types, attrs: Attrs) -> TensorType:
 
 def _softmax_kernel(arrays: Arrays, attrs: Attrs) -> np.ndarray:
     x, ax = wide(arrays[0]), attrs["axis"]
-    e = np.exp(x - np.max(x, axis=ax, keepdims=True))
-    return e / np.sum(e, axis=ax, keepdims=True)
+    e = np.subtract(x, np.max(x, axis=ax, keepdims=True))  # one array, then in place
+    np.exp(e, out=e)
+    return np.divide(e, np.sum(e, axis=ax, keepdims=True), out=e)
 
 
 SOFTMAX = OpDef(

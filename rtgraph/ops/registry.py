@@ -14,7 +14,10 @@ Conventions every op follows:
   point at it.
 * ``kernel(arrays, attrs) -> ndarray`` receives arrays in *value form* (see :mod:`rtgraph.dtypes`)
   and may return any NumPy array; :func:`run_kernel` rounds the result once to the output dtype.
-  Kernels are vectorised NumPy; f16/bf16 matmul-like ops compute in f32 through BLAS.
+  Kernels are vectorised NumPy; f16/bf16 matmul-like ops compute in f32 through BLAS. An op may
+  also have ``kernel_into(arrays, attrs, out)``, the same computation rounding its result
+  straight into ``out`` (a float32 or float16 array of the output's shape) instead of into a
+  new array; :func:`run_kernel` calls it when given ``into=`` (the emulator's device memory).
 * ``cost(types, out, attrs) -> Cost`` gives flops and bytes moved, for the cost model; its
   docstring's first sentence says what it counts (the op table prints it).
 * Attributes arrive validated and defaulted (``AttrSpec``); ``axis`` values are normalised by
@@ -29,7 +32,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from rtgraph.dtypes import TensorType, to_value
+from rtgraph.dtypes import TensorType, to_storage, to_value
 
 #: How an op may join a fused Vector kernel (:mod:`rtgraph.ops.fused`): ``elementwise`` — each
 #: output element needs only the same-index elements of its (broadcast) operands; ``row`` — a
@@ -123,6 +126,7 @@ class OpDef:
     doc: str = ""
     fusion: Fusion | None = None
     internal: bool = False
+    kernel_into: Callable[[Sequence[np.ndarray], Mapping[str, Any], np.ndarray], None] | None = None
 
     def unit_for(self, attrs: Mapping[str, Any]) -> str:
         """The unit a task of this op runs on (``layout`` copies run on the Vector unit; an op
@@ -166,13 +170,39 @@ def language_ops() -> dict[str, OpDef]:
     return {name: op for name, op in OPS.items() if not op.internal}
 
 
+#: Output dtypes whose value form is their storage form and a float, so a kernel's f32 (or
+#: f16) result is rounded into them by a plain NumPy cast, exactly as :func:`to_value` rounds.
+CAST_INTO = ("f32", "f16")
+
+
 def run_kernel(
-    op: OpDef, arrays: Sequence[np.ndarray], attrs: Mapping[str, Any], out: TensorType
+    op: OpDef,
+    arrays: Sequence[np.ndarray],
+    attrs: Mapping[str, Any],
+    out: TensorType,
+    *,
+    into: np.ndarray | None = None,
 ) -> np.ndarray:
-    """Apply ``op``'s kernel and round the result once to ``out``'s dtype (value form)."""
+    """Apply ``op``'s kernel and round the result once to ``out``'s dtype (value form).
+
+    With ``into`` (a writable array of ``out``'s shape in *storage* form, see
+    :mod:`rtgraph.dtypes`) the result is written there — by the op's ``kernel_into`` when it has
+    one and ``out`` is f32 or f16, so no result array is made — and ``into`` is returned. The
+    bits are the same either way.
+    """
     if op.kernel is None:
         raise TypeError(f"op {op.name!r} has no kernel")
+    if into is not None and out.dtype in CAST_INTO:
+        with np.errstate(over="ignore", invalid="ignore"):  # as to_value: overflow is inf
+            if op.kernel_into is not None:
+                op.kernel_into(arrays, attrs, into)
+            else:
+                np.copyto(into, op.kernel(arrays, attrs), casting="unsafe")
+        return into
     result = to_value(op.kernel(arrays, attrs), out.dtype)
     if result.shape != out.shape:
         result = np.broadcast_to(result, out.shape)
-    return result
+    if into is None:
+        return result
+    into[...] = to_storage(result, out.dtype)
+    return into
