@@ -100,7 +100,7 @@ def test_empty_cache_returns_wholly_free_segments_only():
 
 
 def test_cross_stream_reuse_returns_the_streams_to_wait_for():
-    pool = small_pool()
+    pool = small_pool(coalesce="immediate")  # the merges below are immediate ones
     a = pool.malloc(1000, stream=0)
     pool.free(a.handle)  # freed on stream 0: the whole 16 KiB segment is free again
     b = pool.malloc(1000, stream=1)  # no block usable without waiting, so one with a wait

@@ -258,7 +258,9 @@ class PoolMachine(AllocatorMachine):
     alignment = 512
 
     def make(self) -> Allocator:
-        return CachingPool(64 * KiB, segment_size=16 * KiB, large_page=4 * KiB)
+        return CachingPool(
+            64 * KiB, segment_size=16 * KiB, large_page=4 * KiB, coalesce="immediate"
+        )
 
     @invariant()
     def no_adjacent_free_blocks(self):

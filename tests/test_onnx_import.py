@@ -278,3 +278,66 @@ def test_a_dimension_is_bound_to_a_whole_positive_size(tmp_path, size):
     path = save(tmp_path, nodes, [("x", ["batch", 3])], [("y", ["batch", 3])])
     with pytest.raises(InputError, match="dimension 'batch' bound to"):
         import_onnx(path, dims={"batch": size})
+
+
+def test_the_cli_writes_the_program_and_its_weights_and_they_run(tmp_path, capsys):
+    from rtgraph.cli import main
+
+    w = normal(4, 3)
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["y"])]
+    model = save(tmp_path, nodes, [("x", [2, 4])], [("y", [2, 3])], [("W", w)], name="mm")
+    out = tmp_path / "mm.rtg"
+    assert main(["import", str(model), "-o", str(out), "--device", "toy"]) == 0
+    weights = tmp_path / "mm.params.npz"
+    assert f"rtgraph run {out} --params {weights}" in capsys.readouterr().out
+    np.testing.assert_array_equal(np.load(weights)["W"], w)
+    program = rtgraph.load(out)
+    assert [t.name for t in program.params_()] == ["W"]
+    assert main(["run", str(out), "--params", str(weights), "--check", "full"]) == 0
+    assert "bit-equal" in capsys.readouterr().out
+
+
+def test_the_cli_refuses_a_bad_dim_and_a_missing_model(tmp_path, capsys):
+    from rtgraph.cli import main
+
+    assert main(["import", str(tmp_path / "none.onnx")]) == 1
+    assert "cannot read" in capsys.readouterr().err
+    assert main(["import", str(tmp_path / "none.onnx"), "--dim", "batch"]) == 2
+    assert "expected NAME=SIZE" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())  # nothing written
+
+
+def test_a_batchnorm_after_a_conv_is_folded_into_its_weights_at_import(tmp_path):
+    """As ATC converts it: one conv with weights W·s and bias (b − mean)·s + beta."""
+    w, b = normal(4, 2, 3, 3), normal(4)
+    gamma, beta, mean, var = normal(4), normal(4), normal(4), np.abs(normal(4)) + 0.5
+    nodes = [
+        helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("BatchNormalization", ["c", "g", "be", "m", "v"], ["y"], epsilon=1e-3),
+    ]
+    inits = [("W", w), ("B", b), ("g", gamma), ("be", beta), ("m", mean), ("v", var)]
+    path = save(tmp_path, nodes, [("x", [1, 2, 5, 5])], [("y", [1, 4, 5, 5])], inits)
+    imported = import_onnx(path)
+    statements = [line.split("#")[0].strip() for line in imported.text.splitlines() if "# " in line]
+    assert statements[-1] == "c = conv2d(x, y_w, stride = [1, 1], padding = [1, 1]) + y_b"
+    assert "batchnorm" not in imported.text
+    x = normal(1, 2, 5, 5)
+    cols = np.lib.stride_tricks.sliding_window_view(
+        np.pad(x, ((0, 0), (0, 0), (1, 1), (1, 1))).astype(np.float64), (3, 3), axis=(2, 3)
+    )
+    conv = np.einsum("nchwij,ocij->nohw", cols, w) + b.reshape(1, 4, 1, 1)
+    per = (slice(None), None, None)
+    expected = (conv - mean[per]) / np.sqrt(var[per] + 1e-3) * gamma[per] + beta[per]
+    np.testing.assert_allclose(evaluate(path, {"x": x})["y"], expected, rtol=1e-5, atol=1e-5)
+
+
+def test_a_conv_read_twice_keeps_its_batchnorm(tmp_path):
+    nodes = [
+        helper.make_node("Conv", ["x", "W"], ["c"]),
+        helper.make_node("BatchNormalization", ["c", "g", "be", "m", "v"], ["n"]),
+        helper.make_node("Add", ["n", "c"], ["y"]),
+    ]
+    ones = np.ones(2, np.float32)
+    inits = [("W", normal(2, 2, 1, 1)), ("g", ones), ("be", ones), ("m", ones), ("v", ones)]
+    path = save(tmp_path, nodes, [("x", [1, 2, 3, 3])], [("y", [1, 2, 3, 3])], inits)
+    assert "batchnorm(c, g, be, m, v" in import_onnx(path).text

@@ -14,7 +14,8 @@ from hypothesis import strategies as st
 from rtgraph.emulator import run
 from rtgraph.errors import UsageError
 from rtgraph.reports.profiler import (
-    STAGE_COLUMNS,
+    EXTRA_COLUMNS,
+    PIPE_COLUMNS,
     STATISTIC_COLUMNS,
     SUMMARY_COLUMNS,
     Schedule,
@@ -105,7 +106,8 @@ def test_op_summary_csv_matches_the_task_records(tmp_path, mode):
     assert report.recorded == (2, 3, 6, 7)
     write_csvs(report, tmp_path / "prof")
     header, rows = read_csv(tmp_path / "prof" / "op_summary.csv")
-    assert tuple(header) == SUMMARY_COLUMNS + (STAGE_COLUMNS if mode == "op_trace" else ())
+    pipes = PIPE_COLUMNS if mode == "op_trace" else ()
+    assert tuple(header) == SUMMARY_COLUMNS + pipes + EXTRA_COLUMNS
 
     # independently: a none step is an unprofiled run, the others profiled; steps back to back
     plain = run(program, device, numerics=False)
@@ -117,7 +119,7 @@ def test_op_summary_csv_matches_the_task_records(tmp_path, mode):
     assert len(rows) == 4 * len(program.tasks)
     seen = set()
     for row in rows:
-        step, tid = int(row["Iteration ID"]), int(row["Task ID"])
+        step, tid = int(row["Infer ID"]), int(row["Task ID"])
         rec = profiled.tasks[tid]
         seen.add((step, tid))
         assert float(row["Task Start Time(us)"]) == pytest.approx(
@@ -153,20 +155,30 @@ def test_task_types_waits_and_throughput():
     assert rows["act"]["Bandwidth(GB/s)"] == pytest.approx(2000 / (dur * 1e-6) / 1e9)
 
 
-def test_op_trace_stages_split_each_duration_by_the_cost_model():
+def test_op_trace_pipes_split_each_duration_by_the_cost_model():
     program = two_stream_program()
     report = profile(program, toy(host=FREE_SUBMIT), mode="op_trace", iterations=1)
-    for row in report.op_summary:
-        total = sum(row[c] for c in STAGE_COLUMNS)
-        assert total == pytest.approx(row["Task Duration(us)"])
-    act = next(r for r in report.op_summary if r["Op Name"] == "act")
-    # 2 000 bytes read = 2 µs, 4 000 flops = 4 µs, nothing written: load 1/3, compute 2/3
-    d = act["Task Duration(us)"]
-    assert act["Load Time(us)"] == pytest.approx(d / 3)
-    assert act["Compute Time(us)"] == pytest.approx(2 * d / 3)
-    assert act["Store Time(us)"] == 0.0
-    big = next(r for r in report.op_summary if r["Op Name"] == "big")
-    assert big["Compute Time(us)"] == pytest.approx(big["Task Duration(us)"])
+    rows = {r["Op Name"]: r for r in report.op_summary}
+    # op_trace stretches every task by 1.25 on toy: launch 1 µs -> 1.25 µs.
+    # 'act': 4 000 flops = 4 µs -> 5 µs of vec, 2 000 bytes read = 2 µs -> 2.5 µs of mte2,
+    # nothing written; it lasts 1.25 + max(5, 2.5) = 6.25 µs, 5 of them on the Vector core.
+    act = rows["act"]
+    assert act["Task Duration(us)"] == pytest.approx(6.25)
+    assert act["aiv_time(us)"] == pytest.approx(5.0)
+    assert act["aiv_vec_time(us)"] == pytest.approx(5.0)
+    assert act["aiv_vec_ratio"] == pytest.approx(1.0)
+    assert act["aiv_mte2_time(us)"] == pytest.approx(2.5)
+    assert act["aiv_mte2_ratio"] == pytest.approx(0.5)
+    assert act["aiv_mte3_time(us)"] == act["aiv_mte3_ratio"] == 0.0
+    assert act["aicore_time(us)"] == act["aic_total_cycles"] == 0  # no Cube in it
+    # 'big': a 10 µs synthetic Cube kernel counts as mac time: 12.5 µs of 13.75
+    big = rows["big"]
+    assert big["aicore_time(us)"] == pytest.approx(12.5)
+    assert big["aic_mac_ratio"] == pytest.approx(1.0)
+    assert big["cube_utilization(%)"] == pytest.approx(100 * 12.5 / 13.75)
+    assert big["aiv_time(us)"] == 0
+    # a copy has no AI Core figures
+    assert all(rows["h2d:xin"][c] == "N/A" for c in PIPE_COLUMNS)
 
 
 def test_op_statistic_adds_up(tmp_path):

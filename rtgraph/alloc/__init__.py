@@ -22,7 +22,7 @@ from rtgraph.alloc.base import Allocator
 from rtgraph.alloc.buddy import BuddyAllocator
 from rtgraph.alloc.caching_pool import CachingPool, PyTorchCachingAllocator
 from rtgraph.alloc.direct import DirectAllocator, aclrt_malloc_size
-from rtgraph.alloc.records import Allocation, BlockInfo, SegmentInfo, TraceEntry
+from rtgraph.alloc.records import Allocation, BlockInfo, Frame, SegmentInfo, TraceEntry
 from rtgraph.alloc.snapshot import build_snapshot, load_snapshot, to_json, write_snapshot
 from rtgraph.alloc.stats import recount
 from rtgraph.device.spec import MemorySpec
@@ -113,6 +113,7 @@ __all__ = [
     "BuddyAllocator",
     "CachingPool",
     "DirectAllocator",
+    "Frame",
     "PyTorchCachingAllocator",
     "SegmentInfo",
     "TraceEntry",

@@ -28,6 +28,7 @@ from rtgraph.alloc.driver import DEFAULT_BASE_ADDRESS, DeviceDriver
 from rtgraph.alloc.records import (
     Allocation,
     BlockInfo,
+    Frame,
     SegmentInfo,
     TraceAction,
     TraceEntry,
@@ -67,6 +68,7 @@ class Allocator(ABC):
         self._trace_buffer: list[TraceEntry] | None = None
         self._stats = StatBook()
         self._next_handle = 1
+        self._context: tuple[Frame, ...] = ()
 
     # --- the interface ------------------------------------------------------------------
 
@@ -122,6 +124,13 @@ class Allocator(ABC):
         """The options this allocator was built with (for snapshots and reports)."""
         return {"name": self.name, "capacity": self.capacity}
 
+    def set_context(self, frames: tuple[Frame, ...] = ()) -> None:
+        """The stack the calls from now on are made in, innermost first (PyTorch records the
+        caller's stack with every action; an allocator cannot see it, so its caller says):
+        every trace entry carries it, and a snapshot gives each block the frames of the
+        ``alloc`` that made it."""
+        self._context = tuple(frames)
+
     # --- helpers for subclasses ---------------------------------------------------------
 
     def _now(self) -> float:
@@ -134,7 +143,7 @@ class Allocator(ABC):
     def _record(self, action: TraceAction, addr: int, size: int, stream: int) -> None:
         if not self.record_history:
             return
-        entry = TraceEntry(action, addr, size, stream, self._now())
+        entry = TraceEntry(action, addr, size, stream, self._now(), self._context)
         if self._trace_buffer is not None:
             self._trace_buffer.append(entry)
         else:

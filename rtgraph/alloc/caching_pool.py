@@ -3,10 +3,11 @@
 A caching pool reserves segments from the driver (≈50 µs each) and serves requests from the
 free blocks it holds (≈1 µs): best fit — the smallest free block that is big enough, lowest
 address on ties — split when the rest is worth keeping. Freed blocks merge with free
-neighbours of the same segment, at once (``coalesce="immediate"``) or in batches
-(``coalesce="deferred"``: freed blocks stay reusable as they are, and every unmerged one is
+neighbours of the same segment in batches (``coalesce="deferred"``, the default, as the CANN
+runtime's pool does it: freed blocks stay reusable as they are, and every unmerged one is
 merged once their bytes reach ``coalesce_threshold`` — by default 10 % of the reserved bytes —
-or when memory runs short). ``empty_cache()`` returns wholly-free segments to the driver.
+or when memory runs short), or at once (``coalesce="immediate"``: the latency option, and
+PyTorch's rule). ``empty_cache()`` returns wholly-free segments to the driver.
 
 Stream-ordered reuse (``cross_stream``):
 
@@ -15,9 +16,13 @@ Stream-ordered reuse (``cross_stream``):
   or freed on T); failing that, the best fit among the others, returned with ``wait_for`` set
   to the streams the caller must wait on. Only then does the pool grow.
 * ``"never"`` (PyTorch): a block is reused only by the stream its segment was made for. A free
-  on another stream (``record_stream``) leaves the block ``active_pending_free`` until
-  :meth:`CachingPool.complete_pending_frees` says that stream's work is done (the emulator
-  calls it; ``empty_cache`` and the out-of-memory path synchronise all).
+  on another stream leaves the block ``active_pending_free`` until
+  :meth:`CachingPool.complete_pending_frees` says that stream's work is done.
+
+``record_stream``, in either mode, as PyTorch does it: ``free(handle, after=streams)`` drops the
+allocated bytes at once (``free_requested``); the block stays ``active_pending_free`` until
+:meth:`CachingPool.complete_pending_frees` reports those streams done (``free_completed``).
+``empty_cache`` and the out-of-memory path complete every pending free, as PyTorch's do.
 
 When a request cannot be served and the pool cannot grow, the pool recovers the way PyTorch
 does — merge deferred frees, release oversize cached segments (``max_split_size`` only), then
@@ -30,7 +35,7 @@ from __future__ import annotations
 
 import math
 from bisect import bisect_left, insort
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Literal, NamedTuple
 
 from rtgraph.alloc.base import Allocator, check_power_of_two, check_stream
@@ -79,7 +84,7 @@ class CachingPool(Allocator):
         policy: Policy | None = None,
         segment_size: int = 2 * MiB,
         memory_fraction: float = 1.0,
-        coalesce: Coalesce = "immediate",
+        coalesce: Coalesce = "deferred",
         coalesce_threshold: int | None = None,
         coalesce_fraction: float = 0.10,
         cross_stream: CrossStream = "wait",
@@ -138,7 +143,8 @@ class CachingPool(Allocator):
         self._free_bytes = 0
         self._uncoalesced: dict[int, None] = {}  # deferred mode: free blocks not yet merged
         self._uncoalesced_bytes = 0
-        self._pending: dict[int, int] = {}  # "never" mode: address -> stream the free awaits
+        self._pending: dict[int, tuple[int, ...]] = {}  # address -> streams the free awaits
+        self._pending_of: dict[int, int] = {}  # handle of a pending free -> its address
 
     def settings(self) -> dict[str, object]:
         return {
@@ -178,9 +184,12 @@ class CachingPool(Allocator):
             handle, live.address, live.size, size, stream, self._spend(latency), wait_for
         )
 
-    def free(self, handle: int, stream: int | None = None) -> float:
+    def free(self, handle: int, stream: int | None = None, *, after: Iterable[int] = ()) -> float:
+        """Free ``handle``, ordered on ``stream`` (default: its own), after ``after``."""
         if stream is not None:
             check_stream(self.name, stream)
+        for other in (after := tuple(after)):
+            check_stream(self.name, other)
         address = self._live.pop(handle, None) if isinstance(handle, int) else None
         if address is None:
             raise self._unknown_handle(handle)
@@ -190,19 +199,38 @@ class CachingPool(Allocator):
         self._stats.update("allocation", pool, -1)
         self._stats.update("allocated_bytes", pool, -block.size)
         self._record("free_requested", address, block.requested, block.stream)
+        waiting = set(after) - {block.stream}
         if self.cross_stream == "never" and on != block.stream:
+            waiting.add(on)
+        if waiting:
             self._blocks[address] = block._replace(state=PENDING)
-            self._pending[address] = on
+            self._pending[address] = tuple(sorted(waiting))
+            self._pending_of[handle] = address
         else:
             self._complete_free(block, on)
         return self._spend(self.free_latency_us)
 
-    def complete_pending_frees(self, stream: int | None = None) -> None:
-        """Frees waiting on ``stream``'s work (all streams if None) are now complete."""
-        for address, on in sorted(self._pending.items()):
-            if stream is None or on == stream:
-                del self._pending[address]
-                self._complete_free(self._blocks[address], on)
+    def complete_pending_frees(self, stream: int | None = None, handle: int | None = None) -> None:
+        """``stream``'s work (all if None) is done, for the pending free of ``handle`` (all if
+        None); a free completes when no stream is left."""
+        only = None if handle is None else self._pending_of.get(handle)
+        if handle is not None and only is None:
+            return  # not pending (any more)
+        for address, waiting in sorted(self._pending.items()):
+            if only is not None and address != only:
+                continue
+            left = () if stream is None else tuple(s for s in waiting if s != stream)
+            if left:
+                self._pending[address] = left
+                continue
+            del self._pending[address]
+            block = self._blocks[address]
+            self._complete_free(block, block.stream)
+        self._pending_of = {h: a for h, a in self._pending_of.items() if a in self._pending}
+
+    def pending_frees(self) -> dict[int, tuple[int, ...]]:
+        """Addresses of the ``active_pending_free`` blocks, each with the streams it waits for."""
+        return dict(sorted(self._pending.items()))
 
     def empty_cache(self) -> float:
         self.complete_pending_frees()
@@ -514,6 +542,7 @@ class CachingPool(Allocator):
         return block, latency
 
     _PLAIN_STATE = ("_blocks", "_ends", "_segments", "_live", "_uncoalesced", "_pending")
+    _PLAIN_STATE += ("_pending_of",)
 
     def _save(self) -> dict[str, object]:
         saved: dict[str, object] = {name: dict(getattr(self, name)) for name in self._PLAIN_STATE}
@@ -532,8 +561,9 @@ class CachingPool(Allocator):
 class PyTorchCachingAllocator(CachingPool):
     """PyTorch's caching allocator rules (see :class:`~rtgraph.alloc.pool_policies.PyTorchPolicy`).
 
-    Per-stream pools (``cross_stream="never"``), immediate merging, the small/large pools with
-    2 MiB / 20 MiB / own segments, ``max_split_size`` and the release-and-retry path.
+    Per-stream pools (``cross_stream="never"``), immediate merging (PyTorch's ``free_block``
+    merges a freed block with its free neighbours at once), the small/large pools with 2 MiB /
+    20 MiB / own segments, ``max_split_size`` and the release-and-retry path.
     """
 
     name = "pytorch"
@@ -559,6 +589,7 @@ class PyTorchCachingAllocator(CachingPool):
         policy = PyTorchPolicy(
             pad=pad, max_split_size=max_split_size, max_non_split_rounding=max_non_split_rounding
         )
+        options.setdefault("coalesce", "immediate")  # PyTorch merges at once
         super().__init__(capacity, policy=policy, cross_stream=cross_stream, **options)  # type: ignore[arg-type]
 
 

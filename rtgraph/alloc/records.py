@@ -69,10 +69,23 @@ class SegmentInfo:
 
 
 @dataclass(frozen=True)
+class Frame:
+    """One stack frame of an allocation, as PyTorch's snapshots hold them: for a compiled
+    program the ``.rtg`` file, line and op; for the runtime API the caller's file, line and
+    function (the rtgraph call it made, for the innermost)."""
+
+    filename: str
+    line: int
+    name: str
+
+
+@dataclass(frozen=True)
 class TraceEntry:
     """One recorded allocator action, in PyTorch's ``device_traces`` vocabulary.
 
     For ``oom`` the ``addr`` field holds the bytes the driver still had free (as PyTorch does).
+    ``frames`` are the stack the action happened in, innermost first (see
+    :meth:`~rtgraph.alloc.base.Allocator.set_context`).
     """
 
     action: TraceAction
@@ -80,3 +93,4 @@ class TraceEntry:
     size: int
     stream: int
     time_us: float
+    frames: tuple[Frame, ...] = ()

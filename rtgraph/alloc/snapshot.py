@@ -13,9 +13,13 @@ pytorch.org/memory_viz, reads)::
                          "time_us", "frames"}]],
      "allocator_settings": {...}}
 
-Stack frames are always empty lists: the emulator has no Python stacks to attach. The
-visualiser loads pickle files; :func:`write_snapshot` writes one when the path ends in
-``.pickle``/``.pkl``, JSON otherwise.
+``frames`` are lists of ``{"filename", "line", "name"}``, innermost first: a trace entry's are
+the stack its action happened in (:meth:`~rtgraph.alloc.base.Allocator.set_context`), a live
+or pending block's those of the ``alloc`` entry that made it, a segment's those of its
+``segment_alloc`` — so the visualiser's flame graphs group memory by the ``.rtg`` line and op
+(or the runtime API caller) that allocated it. Free blocks, and blocks whose ``alloc`` fell
+off a full trace, have none. The visualiser loads pickle files; :func:`write_snapshot` writes
+one when the path ends in ``.pickle``/``.pkl``, JSON otherwise.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
-from rtgraph.alloc.records import BlockInfo, SegmentInfo, TraceEntry
+from rtgraph.alloc.records import BlockInfo, Frame, SegmentInfo, TraceEntry
 from rtgraph.files import write_atomic
 
 _SEGMENT_TYPE = {"small_pool": "small", "large_pool": "large"}
@@ -44,8 +48,20 @@ class Inspectable(Protocol):
     def settings(self) -> Mapping[str, Any]: ...
 
 
+def _frames(frames: Sequence[Frame]) -> list[dict[str, Any]]:
+    return [{"filename": f.filename, "line": f.line, "name": f.name} for f in frames]
+
+
 def build_snapshot(allocator: Inspectable) -> dict:
     """The allocator's segments, blocks and trace in PyTorch's snapshot layout."""
+    entries = list(allocator.trace())
+    made_by: dict[int, Sequence[Frame]] = {}  # block address -> frames of its latest alloc
+    segment_by: dict[int, Sequence[Frame]] = {}
+    for entry in entries:
+        if entry.action == "alloc":
+            made_by[entry.addr] = entry.frames
+        elif entry.action == "segment_alloc":
+            segment_by[entry.addr] = entry.frames
     by_segment: dict[int, list[BlockInfo]] = {}
     for block in allocator.blocks():
         by_segment.setdefault(block.segment, []).append(block)
@@ -66,21 +82,23 @@ def build_snapshot(allocator: Inspectable) -> dict:
                 "segment_type": _SEGMENT_TYPE[seg.pool],
                 "segment_pool_id": [0, 0],
                 "is_expandable": False,
-                "frames": [],
+                "frames": _frames(segment_by.get(seg.address, ())),
                 "blocks": [
                     {
                         "address": b.address,
                         "size": b.size,
                         "requested_size": b.requested,
                         "state": b.state,
-                        "frames": [],
+                        "frames": _frames(
+                            made_by.get(b.address, ()) if b.state != "inactive" else ()
+                        ),
                     }
                     for b in blocks
                 ],
             }
         )
     trace = []
-    for entry in allocator.trace():
+    for entry in entries:
         where = "device_free" if entry.action == "oom" else "addr"
         trace.append(
             {
@@ -89,7 +107,7 @@ def build_snapshot(allocator: Inspectable) -> dict:
                 "size": entry.size,
                 "stream": entry.stream,
                 "time_us": entry.time_us,
-                "frames": [],
+                "frames": _frames(entry.frames),
             }
         )
     settings = {**allocator.settings(), "expandable_segments": False}

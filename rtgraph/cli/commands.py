@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
 
 from rtgraph import api
 from rtgraph.cli.arguments import (
@@ -24,6 +28,7 @@ from rtgraph.compiler.optimizer.pipeline import optimized_ir
 from rtgraph.device import describe, list_devices
 from rtgraph.errors import RtgError, UsageError
 from rtgraph.files import write_atomic
+from rtgraph.frontend.onnx_import import import_onnx
 from rtgraph.ir.data import check_seed
 from rtgraph.ir.interpreter import check_supplied, evaluate
 from rtgraph.ir.printing import format_program
@@ -31,6 +36,7 @@ from rtgraph.ir.reference import check_mode
 from rtgraph.ops import op_table
 from rtgraph.reports.advisor import advise, format_advice
 from rtgraph.reports.explain import explain
+from rtgraph.reports.memory_snapshot import write_run_snapshot
 from rtgraph.reports.profiler import check_profile_options, profile, write_csvs
 from rtgraph.reports.rtg_source import emit_rtg
 from rtgraph.reports.trace import write_trace
@@ -138,6 +144,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
 def cmd_run(args: argparse.Namespace) -> int:
     check_seed(args.seed)
     program, compiled, spec = compiled_program(args)
+    if args.memory_snapshot and not (compiled.meta.get("alloc") or {}).get("kind"):
+        raise UsageError(  # refused before the run, not after it
+            "--memory-snapshot needs a run-time allocator: this program has a static memory plan",
+            hint="add --alloc pytorch (or pool, mixed, direct, buddy)",
+        )
     inputs = npz_values(args, "input", program, compiled)
     params = npz_values(args, "param", program, compiled)
     if program is not None:  # located errors for what the npz files miss, before the run
@@ -216,6 +227,8 @@ def _write_reports(args: argparse.Namespace, result, compiled, spec) -> None:
     """The pictures and traces a run was asked for (each file written whole or not at all)."""
     if getattr(args, "trace", None):
         write_trace(args.trace, result, compiled, spec)
+    if getattr(args, "memory_snapshot", None):
+        write_run_snapshot(result, args.memory_snapshot, device=spec)
     if any(getattr(args, name, None) for name in ("timeline", "memory_map", "memory_plot")):
         _write_pictures(args, result, compiled, spec)
     if getattr(args, "advise", False):
@@ -339,6 +352,30 @@ def cmd_plan_memory(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_import(args: argparse.Namespace) -> int:
+    """``rtgraph import``: the model as ``.rtg`` text and its weights as an ``.npz``."""
+    dims = {}
+    for item in args.dim:
+        name, _, size = item.partition("=")
+        if not name or not size.isdigit():
+            raise UsageError(f"--dim {item}: expected NAME=SIZE", hint="e.g. --dim batch=8")
+        dims[name] = int(size)
+    imported = import_onnx(args.file, device=args.device, dims=dims)
+    rtg = Path(args.output or f"{Path(args.file).stem}.rtg")
+    weights = Path(args.params_out or rtg.with_name(f"{rtg.stem}.params.npz"))
+    buffer = io.BytesIO()
+    np.savez(buffer, **imported.params)
+    write_atomic(weights, buffer.getvalue())
+    write_atomic(rtg, imported.text)
+    size = sum(a.nbytes for a in imported.params.values())
+    print(
+        f"wrote {rtg} ({imported.text.count(chr(10))} lines) and {weights} "
+        f"({len(imported.params)} params, {size:,} bytes)"
+    )
+    print(f"run it: rtgraph run {rtg} --params {weights}")
+    return 0
+
+
 def cmd_devices(args: argparse.Namespace) -> int:
     print(
         describe(list_devices())
@@ -360,6 +397,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "eval": cmd_eval,
     "run": cmd_run,
     "plan-memory": cmd_plan_memory,
+    "import": cmd_import,
     "devices": cmd_devices,
     "ops": cmd_ops,
     "advise": cmd_advise,

@@ -119,6 +119,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--trace", metavar="OUT.json", help="Chrome Trace Event JSON (Perfetto)")
     p.add_argument("--memory-map", metavar="OUT", help="address × time picture of device memory")
     p.add_argument(
+        "--memory-snapshot",
+        metavar="OUT",
+        help="PyTorch memory snapshot of the run-time allocator (--alloc); .pickle for "
+        "torch.cuda._memory_viz, else JSON",
+    )
+    p.add_argument(
         "--memory-plot", metavar="OUT", help="memory over time (allocated vs reserved) picture"
     )
     p.add_argument("--advise", action="store_true", help="append the advisor's findings")
@@ -168,6 +174,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--figure", metavar="OUT", help="also save the picture (.png, .svg or .pdf)")
     p.add_argument("-o", "--output", metavar="OUT.md", help="write the tables here")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
+
+    p = sub.add_parser("import", help="an ONNX model as a .rtg program and its params (.npz)")
+    p.add_argument("file", help="the .onnx model")
+    p.add_argument("-o", "--output", metavar="OUT.rtg", help="default: the model's name + .rtg")
+    p.add_argument(
+        "--params-out", metavar="OUT.npz", help="the weights (default: OUT's stem + .params.npz)"
+    )
+    p.add_argument(
+        "--dim", action="append", default=[], metavar="NAME=SIZE", help="bind a dynamic dimension"
+    )
+    p.add_argument("--device", default="ascend-910b", help="the device the program names")
 
     p = sub.add_parser("devices", help="list the shipped device specs")
     p.add_argument("-v", "--verbose", action="store_true")

@@ -53,6 +53,8 @@ class Translation:
         self.params: dict[str, np.ndarray] = {}
         self.param_of: dict[tuple[str, str], str] = {}  # (constant, rewrite) → param name
         self.unusable: dict[str, str] = {}  # ONNX value → why no op may read it
+        self.readers: dict[str, list[Any]] = {}  # ONNX value → the nodes reading it
+        self.folded: set[str] = set()  # conv outputs a BatchNormalization was folded into
         self.declarations: list[str] = []
         self.body: list[str] = []
         self.inputs: dict[str, str] = {}
@@ -63,6 +65,11 @@ class Translation:
 
     def declare(self, graph: Any) -> None:
         numpy_helper = self.onnx.numpy_helper
+        for node in graph.node:
+            for value in node.input:
+                self.readers.setdefault(value, []).append(node)
+        for value in graph.output:
+            self.readers.setdefault(value.name, []).append(None)  # read by the host
         for init in graph.initializer:
             self.const[init.name] = numpy_helper.to_array(init)
         for value in graph.input:
@@ -313,11 +320,15 @@ def _conv(t: Translation, node: Any) -> str:
     pad = _pads(t, node, 2)
     groups = int(t.attr(node, "group", 1))
     extra = f", groups = {groups}" if groups != 1 else ""
+    folded = _fold_batchnorm(t, node)
+    weights = t.operand(node, 1) if folded is None else folded[0]
     expr = (
-        f"conv2d({t.operand(node, 0)}, {t.operand(node, 1)}, stride = {_ints(stride)}, "
+        f"conv2d({t.operand(node, 0)}, {weights}, stride = {_ints(stride)}, "
         f"padding = {_ints(pad)}{extra})"
     )
-    if len(node.input) > 2 and node.input[2]:
+    if folded is not None:
+        expr = f"{expr} + {folded[1]}"
+    elif len(node.input) > 2 and node.input[2]:
         bias = node.input[2]
         if bias in t.const:
             b = t.param(bias, t.const[bias].reshape(1, -1, 1, 1), "nchw")
@@ -325,6 +336,31 @@ def _conv(t: Translation, node: Any) -> str:
             b = f"reshape({t.tensor(bias)}, [1, {w[0]}, 1, 1])"
         expr = f"{expr} + {b}"
     return expr
+
+
+def _fold_batchnorm(t: Translation, conv: Any) -> tuple[str, str] | None:
+    """When the conv's only reader is an inference BatchNormalization and every weight of both
+    is a constant, the two as one conv, as ATC converts them: weights W·s and bias
+    (b − mean)·s + beta with s = gamma / sqrt(var + eps), computed in float64 at import. The
+    names of the folded weight and bias params, or None when it does not apply."""
+    out = conv.output[0]
+    readers = t.readers.get(out, [])
+    if len(readers) != 1 or readers[0] is None or readers[0].op_type != "BatchNormalization":
+        return None
+    bn = readers[0]
+    bias = conv.input[2] if len(conv.input) > 2 else ""
+    needed = [conv.input[1], *bn.input[1:5], *([bias] if bias else [])]
+    if t.attr(bn, "training_mode", 0) or not all(v in t.const for v in needed):
+        return None
+    gamma, beta, mean, var = (t.const[v].astype(np.float64) for v in bn.input[1:5])
+    scale = gamma / np.sqrt(var + float(t.attr(bn, "epsilon", 1e-5)))
+    w = t.const[conv.input[1]].astype(np.float64) * scale[:, None, None, None]
+    b = t.const[bias].astype(np.float64) if bias else np.zeros_like(scale)
+    shift = ((b - mean) * scale + beta).reshape(1, -1, 1, 1)
+    t.folded.add(out)
+    name = bn.output[0]
+    weights = t.param(name + "_w", w.astype(np.float32))
+    return weights, t.param(name + "_b", shift.astype(np.float32))
 
 
 def _gemm(t: Translation, node: Any) -> str:
@@ -429,7 +465,10 @@ def _concat(t: Translation, node: Any) -> str:
     return f"concat({parts}, axis = {axis})"
 
 
-def _batchnorm(t: Translation, node: Any) -> str:
+def _batchnorm(t: Translation, node: Any) -> str | None:
+    if node.input[0] in t.folded:  # folded into the conv before it
+        t.alias(node)
+        return None
     if t.attr(node, "training_mode", 0):
         t.fail("BatchNormalization: training mode is not supported", "export for inference")
     eps = float(t.attr(node, "epsilon", 1e-5))

@@ -8,12 +8,15 @@ and *record* (profiled, kept); ``repeat`` cycles (0: as many as fit), then *none
 Profiled steps run with ``profile=mode``, so every task is stretched by the device's overhead
 for that mode; the report states it, measured as makespan profiled ÷ unprofiled − 1.
 
-The report holds two msprof tables (column meanings in docs/profiling.md):
+The report holds two msprof tables, with msprof's column names in msprof's order so that tools
+reading msprof's files read these (column meanings in docs/profiling.md):
 
 * ``op_summary`` — a row per task per recorded iteration: ids, op, task type, start, duration,
-  wait since the stream's previous task, block dim, operand shapes and dtypes, flops, bytes,
-  achieved TFLOPS and GB/s; ``op_trace`` adds a load / compute / store breakdown.
-* ``op_statistic`` — per op type and core type: count, total/avg/min/max time, share.
+  wait since the stream's previous task, block dim, operand shapes, dtypes and formats;
+  ``op_trace`` adds msprof's PipeUtilization columns the cost model can give (core time and
+  cycles, the mac / vec, mte2 and fixpipe / mte3 pipes); then rtgraph's own flops, bytes,
+  achieved TFLOPS and GB/s.
+* ``op_statistic`` — per op type and core type: count, total/min/avg/max time, share.
 
 ``write_csvs(report, folder)`` writes them as ``op_summary.csv`` and ``op_statistic.csv``.
 
@@ -41,9 +44,15 @@ from rtgraph.emulator import RunResult
 from rtgraph.emulator import run as emulate
 from rtgraph.errors import UsageError
 from rtgraph.files import write_atomic
-from rtgraph.reports.trace import dtype_of
+from rtgraph.reports.msprof import (
+    EXTRA_COLUMNS,
+    PIPE_COLUMNS,
+    SUMMARY_COLUMNS,
+    clock_hz,
+    pipe_columns,
+    pipe_times,
+)
 from rtgraph.stream_program.program import Operand, StreamProgram, Task
-from rtgraph.timing.costmodel import compute_us
 
 MODES = ("task_trace", "op_trace")
 NONE, WARMUP, RECORD = "none", "warmup", "record"
@@ -59,36 +68,16 @@ MAX_PROFILE_TASK_RUNS = 200_000
 #: Characters of an offending schedule an error quotes.
 _SHOWN = 40
 
-SUMMARY_COLUMNS = (
-    "Device_id",
-    "Model ID",
-    "Iteration ID",
-    "Task ID",
-    "Stream ID",
-    "Op Name",
-    "OP Type",
-    "Task Type",
-    "Task Start Time(us)",
-    "Task Duration(us)",
-    "Task Wait Time(us)",
-    "Block Dim",
-    "Input Shapes",
-    "Input Data Types",
-    "Output Shapes",
-    "Output Data Types",
-    "FLOPs",
-    "Bytes",
-    "Throughput(TFLOPS)",
-    "Bandwidth(GB/s)",
-)
-STAGE_COLUMNS = ("Load Time(us)", "Compute Time(us)", "Store Time(us)")
+#: op_statistic's columns, as msprof names and orders them (atlasprofiling_16_0068).
 STATISTIC_COLUMNS = (
+    "Device_id",
+    "Model Name",
     "OP Type",
     "Core Type",
     "Count",
     "Total Time(us)",
-    "Avg Time(us)",
     "Min Time(us)",
+    "Avg Time(us)",
     "Max Time(us)",
     "Ratio(%)",
 )
@@ -192,7 +181,8 @@ class ProfileReport:
 
     @property
     def summary_columns(self) -> tuple[str, ...]:
-        return SUMMARY_COLUMNS + (STAGE_COLUMNS if self.mode == "op_trace" else ())
+        pipes = PIPE_COLUMNS if self.mode == "op_trace" else ()
+        return SUMMARY_COLUMNS + pipes + EXTRA_COLUMNS
 
     def summary(self, top: int = 10) -> str:
         """A plain-text account: steps, overhead, and the op types that took the most time."""
@@ -266,31 +256,9 @@ def _dtypes(operands: Sequence[Operand]) -> str:
     return ";".join(DATA_TYPES.get(o.dtype, o.dtype.upper()) for o in operands)
 
 
-def stage_shares(program: StreamProgram, device: DeviceSpec) -> np.ndarray:
-    """Per task, the (load, compute, store) shares of its time by the cost model; rows sum to 1.
-
-    Load is bytes read and store bytes written at full HBM bandwidth, compute the flops at the
-    task's cores and dtype (a synthetic kernel's given time). The roofline overlaps them, so
-    these are proportions of the task's duration, not a sequence. A copy is half load, half
-    store; a task with no modelled work is all compute.
-    """
-    bw = device.memory.bandwidth
-    parts = np.zeros((len(program.tasks), 3))
-    for t in program.tasks:
-        if t.unit == "dma":
-            parts[t.id] = (1.0, 0.0, 1.0)
-            continue
-        if t.duration_us is not None:
-            compute = float(t.duration_us)
-        elif t.flops and t.unit in device.units:
-            dtype = dtype_of(t.output, t.inputs) or "f32"
-            compute = compute_us(t.unit, dtype, t.flops, t.block_dim, device)
-        else:
-            compute = 0.0
-        parts[t.id] = (t.bytes_read * 1e6 / bw, compute, t.bytes_written * 1e6 / bw)
-    total = parts.sum(axis=1)
-    parts[total == 0] = (0.0, 1.0, 0.0)
-    return parts / parts.sum(axis=1, keepdims=True)
+def _formats(operands: Sequence[Operand]) -> str:
+    """msprof's data formats: every rtgraph tensor is a plain strided array, ``ND``."""
+    return ";".join("ND" for _ in operands)
 
 
 def op_summary_rows(
@@ -304,17 +272,27 @@ def op_summary_rows(
     Task Wait Time is the gap since the previous task of the same stream ended, in the same
     iteration (0 for a stream's first task, and never negative when tasks overlap).
     """
-    shares = stage_shares(program, device) if mode == "op_trace" else None
+    pipes = pipe_times(program, device, mode) if mode == "op_trace" else None
+    clock = clock_hz(device)
+    cube = device.units.get("cube")
+    cube_cores = cube.cores if cube is not None else 1
     static = [
         {
+            "Model Name": program.name,
             "Op Name": t.name,
             "OP Type": t.op,
+            "OP State": "N/A" if t.unit == "dma" else "static",
             "Task Type": task_type(t),
             "Block Dim": t.block_dim,
+            "Mix Block Dim": 0,
+            "HF32 Eligible": "NO",
             "Input Shapes": _shapes(t.inputs),
             "Input Data Types": _dtypes(t.inputs),
+            "Input Formats": _formats(t.inputs),
             "Output Shapes": _shapes((t.output,) if t.output else ()),
             "Output Data Types": _dtypes((t.output,) if t.output else ()),
+            "Output Formats": _formats((t.output,) if t.output else ()),
+            "Context ID": "N/A",
             "FLOPs": t.flops,
             "Bytes": moved_bytes(t),
         }
@@ -335,9 +313,9 @@ def op_summary_rows(
             row: dict[str, Any] = {
                 "Device_id": 0,
                 "Model ID": 0,
-                "Iteration ID": iteration,
                 "Task ID": tid,
                 "Stream ID": int(stream[i]),
+                "Infer ID": iteration,
                 **static[tid],
                 "Task Start Time(us)": offset + float(start[i]),
                 "Task Duration(us)": dur,
@@ -345,9 +323,9 @@ def op_summary_rows(
             }
             row["Throughput(TFLOPS)"] = row["FLOPs"] / (dur * 1e6) if dur > 0 else 0.0
             row["Bandwidth(GB/s)"] = row["Bytes"] / (dur * 1e3) if dur > 0 else 0.0
-            if shares is not None:
-                for name, share in zip(STAGE_COLUMNS, shares[tid].tolist(), strict=True):
-                    row[name] = share * dur
+            if pipes is not None:
+                block_dim = static[tid]["Block Dim"]
+                row.update(pipe_columns(pipes[tid], dur, block_dim, clock, cube_cores))
             rows.append(row)
     return rows
 
@@ -379,14 +357,17 @@ def op_statistic_rows(rows: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     np.minimum.at(lo, inv, dur)
     np.maximum.at(hi, inv, dur)
     grand = float(total.sum())
+    model = rows[0].get("Model Name", "")
     out = [
         {
+            "Device_id": 0,
+            "Model Name": model,
             "OP Type": op,
             "Core Type": core,
             "Count": int(count[i]),
             "Total Time(us)": float(total[i]),
-            "Avg Time(us)": float(total[i] / count[i]),
             "Min Time(us)": float(lo[i]),
+            "Avg Time(us)": float(total[i] / count[i]),
             "Max Time(us)": float(hi[i]),
             "Ratio(%)": 100.0 * float(total[i]) / grand if grand > 0 else 0.0,
         }

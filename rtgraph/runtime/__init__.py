@@ -45,6 +45,8 @@ from rtgraph.runtime.device import (
     synchronize,
 )
 from rtgraph.runtime.memory import (
+    _dump_snapshot,
+    _snapshot,
     empty_cache,
     max_memory_allocated,
     max_memory_reserved,
@@ -105,6 +107,8 @@ __all__ = [
     "Event",
     "Stream",
     "Tensor",
+    "_dump_snapshot",
+    "_snapshot",
     "current_device",
     "current_stream",
     "default_stream",

@@ -26,6 +26,7 @@ entry into the runtime, before that entry looks at memory or event ids.
 
 from __future__ import annotations
 
+import sys
 import threading
 import weakref
 from collections import deque
@@ -34,7 +35,7 @@ from heapq import heappop, heappush
 
 import numpy as np
 
-from rtgraph.alloc import Allocator, from_memory_spec
+from rtgraph.alloc import Allocator, CachingPool, Frame, from_memory_spec
 from rtgraph.device.spec import DeviceSpec
 from rtgraph.emulator import RunResult, run
 from rtgraph.errors import DeviceError, RtgError, UsageError
@@ -46,8 +47,9 @@ class Storage:
     """A block of device memory owned by one or more tensors; freed when the last one dies.
 
     ``used_on`` are streams other than the allocating one that the user declared with
-    ``Tensor.record_stream``: the block goes back to the allocator only after the host has
-    synchronized with each of them (as PyTorch's caching allocator waits on their events).
+    ``Tensor.record_stream``: when the storage dies, the runtime records an event on each and
+    the block stays ``active_pending_free`` until they have completed (see
+    :meth:`Context.release`).
     """
 
     ctx: Context
@@ -79,6 +81,36 @@ def _release(ctx_ref: weakref.ref[Context], handle: int, stream: int, used_on: l
         ctx.died(("storage", handle, stream, used_on))
 
 
+#: The most stack frames an allocation records (PyTorch keeps whole stacks; a deep script's
+#: outer frames add little to a flame graph and cost memory in a long trace).
+MAX_FRAMES = 32
+
+
+def caller_frames() -> tuple[Frame, ...]:
+    """The stack an allocation is made in, innermost first, as PyTorch records it: the rtgraph
+    call the user made (the op: ``relu``, ``tensor``, ``empty``, …) and then the user's own
+    frames. rtgraph's internal frames below that call are left out."""
+    frame = sys._getframe(1)
+    entry = None
+    while frame is not None and _is_rtgraph(frame.f_globals.get("__name__", "")):
+        if frame.f_globals.get("__name__") != "rtgraph.runtime.state":  # not the lock wrapper
+            entry = frame
+        frame = frame.f_back
+    frames = []
+    if entry is not None:
+        name = entry.f_code.co_name
+        op = entry.f_locals.get("op") if name == "call" else None  # ops.<name>: one closure
+        frames.append(Frame(entry.f_code.co_filename, entry.f_lineno, getattr(op, "name", name)))
+    while frame is not None and len(frames) < MAX_FRAMES:
+        frames.append(Frame(frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name))
+        frame = frame.f_back
+    return tuple(frames)
+
+
+def _is_rtgraph(module: str) -> bool:
+    return module == "rtgraph" or module.startswith("rtgraph.")
+
+
 def _host_end(result: RunResult) -> float:
     return max((a.end for a in result.host_activities if a.lane == "host"), default=0.0)
 
@@ -103,6 +135,8 @@ class Context:
         self._record_times: dict[tuple[int, int], float] = {}
         self._times_of: RunResult | None = None
         self._deferred: list[tuple[int, int, list[int]]] = []  # handle, stream, streams left
+        #: record_stream frees in flight: (handle, used stream, event, generation recorded)
+        self._recorded_frees: list[tuple[int, int, int, int]] = []
         self._free_events: list[int] = []  # ids of events that died, lowest reused first
         self._copies: list[PendingCopy] = []  # device-to-host copies not landed yet
         self._dead: deque[tuple] = deque()  # storages and events that died, not yet freed
@@ -146,7 +180,12 @@ class Context:
     # --- device memory ---------------------------------------------------------------------
     def allocate(self, nbytes: int, stream: int) -> Storage:
         """Device memory for a new tensor, made for ``stream`` (stream-ordered reuse)."""
-        got = self.allocator.malloc(nbytes, stream)
+        self.process_events()
+        self.allocator.set_context(caller_frames())
+        try:
+            got = self.allocator.malloc(nbytes, stream)
+        finally:
+            self.allocator.set_context(())
         for other in got.wait_for:
             # The block was freed on another stream: order our use after that stream's work.
             event = self.acquire_event()
@@ -159,12 +198,48 @@ class Context:
         return storage
 
     def release(self, handle: int, stream: int, used_on: list[int]) -> None:
-        """A storage died: free it now, or once the host has synced with every stream it used."""
+        """A storage died: free its block on ``stream``, or, if other streams use it
+        (``record_stream``), as PyTorch's caching allocator does: record an event on each of
+        them now and free the block *after* them — its bytes stop counting as allocated at
+        once, and it stays ``active_pending_free`` until :meth:`process_events` sees every
+        event completed. Allocators without pending frees (direct, buddy) instead get the block
+        back once the host has synchronized with those streams."""
         waiting = sorted(set(used_on) - {stream})
-        if waiting:
-            self._deferred.append((handle, stream, waiting))
-        else:
+        if not waiting:
             self.allocator.free(handle, stream)
+            return
+        if not isinstance(self.allocator, CachingPool):
+            self._deferred.append((handle, stream, waiting))
+            return
+        for other in waiting:
+            event = self.acquire_event()
+            generation = self.recorder.record(other, event)
+            self.release_event(event)  # (event, generation) names this record for good
+            self._recorded_frees.append((handle, other, event, generation))
+        self.allocator.free(handle, stream, after=waiting)
+
+    def process_events(self) -> None:
+        """PyTorch's ``process_events``, run first by every allocation: the record_stream
+        frees whose events had completed complete. What the host knows of the device is its
+        latest emulated run (any sync, query or read makes one): an event that run shows done
+        by its host "now" is done for good, since later work cannot change the past. This runs
+        no emulation of its own, so it costs nothing while the host does not look."""
+        result = self.result
+        if not self._recorded_frees or result is None:
+            return
+        if self._times_of is not result:
+            self._record_times = {(r.event, r.generation): r.time for r in result.event_records}
+            self._times_of = result
+        now = _host_end(result)
+        assert isinstance(self.allocator, CachingPool)
+        left = []
+        for handle, other, event, generation in self._recorded_frees:
+            done = self._record_times.get((event, generation))
+            if done is not None and done <= now:
+                self.allocator.complete_pending_frees(other, handle=handle)
+            else:
+                left.append((handle, other, event, generation))
+        self._recorded_frees = left
 
     def _synced(self, stream: int | None) -> None:
         """The host saw ``stream`` (None: every stream) finish: release deferred frees."""

@@ -8,8 +8,10 @@ allocates and frees — at call time, not when the emulator runs — as on a rea
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
+from rtgraph.alloc import write_snapshot
 from rtgraph.runtime.state import context, locked
 
 
@@ -51,6 +53,24 @@ def empty_cache(device: int | str | None = None) -> None:
 
 
 @locked
-def memory_snapshot(device: int | str | None = None) -> dict:
-    """The allocator's segments, blocks and trace in PyTorch's ``_snapshot()`` layout."""
+def memory_snapshot(device: int | str | None = None) -> list[dict]:
+    """The allocator's segments, each with its blocks, as ``torch.cuda.memory_snapshot()``
+    returns them (the whole snapshot, with the action trace: :func:`_snapshot`)."""
+    return context(device).allocator.snapshot()["segments"]
+
+
+@locked
+def _snapshot(device: int | str | None = None) -> dict:
+    """Segments, action trace and allocator settings in ``torch.cuda.memory._snapshot()``'s
+    layout (:mod:`rtgraph.alloc.snapshot`); every block and trace entry names, in its
+    ``frames``, the line of the user's code and the op that allocated it."""
     return context(device).allocator.snapshot()
+
+
+@locked
+def _dump_snapshot(
+    filename: str | os.PathLike[str] = "dump_snapshot.pickle", device: int | str | None = None
+) -> None:
+    """Write :func:`_snapshot` to ``filename``, as ``torch.cuda.memory._dump_snapshot`` does
+    (a pickle for PyTorch's memory visualiser; JSON if the name does not end in ``.pickle``)."""
+    write_snapshot(_snapshot(device), filename)

@@ -102,8 +102,10 @@ class Tensor(TensorData):
 
     @locked
     def record_stream(self, stream: Any) -> None:
-        """Declare that ``stream`` uses this device tensor: its memory is not reused until the
-        host has synchronized with ``stream`` after the tensor died."""
+        """Declare that ``stream`` uses this device tensor, as PyTorch's ``record_stream``:
+        when the tensor dies its bytes stop counting as allocated at once, but the block is
+        reused only after the work ``stream`` had been given by then has completed (an event
+        the runtime records on ``stream``; no host sync needed)."""
         self.context("record_stream")
         assert self._storage is not None
         if not isinstance(stream, Stream):
