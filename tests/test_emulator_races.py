@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import numpy as np
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rtgraph.emulator.races import KINDS, detect_races
+import rtgraph
+from rtgraph.emulator.races import KINDS, detect_races, inversions
 
 
 def brute_force(start, end, rank, stream, reads, writes):
@@ -106,3 +110,45 @@ def test_sweep_equals_all_pairs(args):
     assert got == brute_force(start, end, rank, stream, reads, writes)
     assert len(got) == len(races)
     assert all(r.kind in KINDS and r.first_stream == stream[r.first] for r in races)
+
+
+OVERLAP = Path(__file__).resolve().parent.parent / "models" / "overlap.rtg"
+WAIT = "        wait multiplied              # the ReLU reads m, written on s_mm\n"
+
+
+def test_a_reader_that_ran_wholly_before_its_writer_is_an_inverted_race():
+    """Without the wait, the bias add runs before the matmul and reads stale bytes: the two
+    never overlap in time, yet the answer is wrong — the run reports the pair, inverted."""
+    text = OVERLAP.read_text()
+    assert WAIT in text
+    program = rtgraph.parse(text.replace(WAIT, ""), filename="overlap_nowait.rtg")
+    compiled = rtgraph.compile(program, memory="none")
+    result = rtgraph.run(compiled)
+    names = [t.name for t in compiled.tasks]
+    (race,) = result.races
+    assert (race.kind, names[race.first], names[race.second]) == ("RAW", "m", "m + bias")
+    assert race.inverted
+    first, second = result.tasks[race.first], result.tasks[race.second]
+    assert second.end <= first.start
+    assert "ran before task" in race.describe(names)
+    reference = rtgraph.evaluate(program)
+    assert not rtgraph.compare(result.outputs, reference)["y"]["equal"]
+    # with the wait, nothing races and the answer is right
+    kept = rtgraph.run(rtgraph.compile(rtgraph.load(OVERLAP), memory="none"))
+    assert kept.races == []
+
+
+def test_inversions_need_both_tasks_to_have_run_in_the_wrong_order():
+    conflicts = np.array([[0, 1, 0, 0, 8]], np.int64)  # task 0 writes what task 1 reads
+    stream = [0, 1]
+    nan = np.nan
+    cases = {  # (start, end) of tasks 0 and 1 → inverted?
+        ((0.0, 1.0), (1.0, 2.0)): False,  # in order
+        ((2.0, 3.0), (0.0, 1.0)): True,  # the reader ran first
+        ((1.0, 3.0), (0.0, 1.0)): True,  # ... ending as the writer starts
+        ((1.0, 3.0), (0.0, 2.0)): False,  # overlapping: the overlap sweep's to report
+        ((nan, nan), (0.0, 1.0)): False,  # the writer never ran
+    }
+    for ((s0, e0), (s1, e1)), inverted in cases.items():
+        found = inversions(np.array([s0, s1]), np.array([e0, e1]), stream, conflicts)
+        assert bool(found) == inverted, ((s0, e0), (s1, e1))

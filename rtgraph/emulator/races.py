@@ -1,7 +1,13 @@
-"""The dynamic race detector: conflicting tasks that really overlapped in time.
+"""The dynamic race detector: conflicting tasks that really overlapped in time, or ran in the
+wrong order.
 
 Two tasks race in a run when their execution intervals ``[start, end)`` overlap and their byte
 ranges conflict — one writes bytes the other reads or writes (the tasks' ``reads``/``writes``).
+They also race when the task the program puts second ran wholly before the one it conflicts
+with (an *inverted* pair: a reader that ran before its writer read stale bytes, as on hardware
+without the barrier): those pairs are the nearest conflicts in submission order — the order
+the compiler found its hazards on and made the program keep (:func:`program_conflicts`, the
+hazard tracker's, computed once per program) — checked against the run's times.
 The kind is named in program order (task ids, the order the reference interpreter computes in),
 whatever order the two were issued or started in: the task the program puts first writes and
 the later one reads → RAW; reads then writes → WAR; both write → WAW. Unlike the static checker
@@ -23,6 +29,8 @@ from itertools import chain
 
 import numpy as np
 
+from rtgraph.stream_program.hazards import AccessTracker
+
 KINDS = ("RAW", "WAR", "WAW")
 
 
@@ -39,11 +47,21 @@ class ObservedRace:
     second_stream: int
     overlap_start: float
     overlap_end: float
+    #: The second task ran wholly before the first (``overlap_start``: its start,
+    #: ``overlap_end``: the first's start) instead of beside it.
+    inverted: bool = False
 
     def describe(self, names: Sequence[str] | None = None) -> str:
         def name(t: int) -> str:
             return f"task {t}" + (f" '{names[t]}'" if names is not None else "")
 
+        if self.inverted:
+            return (
+                f"{self.kind}: {name(self.second)} (stream {self.second_stream}) ran before "
+                f"{name(self.first)} (stream {self.first_stream}), which the program puts "
+                f"first; both touch bytes [{self.lo}, {self.hi}) "
+                f"(t={self.overlap_start:g} µs, the first started at {self.overlap_end:g} µs)"
+            )
         return (
             f"{self.kind}: {name(self.first)} (stream {self.first_stream}) and "
             f"{name(self.second)} (stream {self.second_stream}) touch bytes "
@@ -174,3 +192,45 @@ def races_in(
         )
     races.sort(key=lambda r: (r.overlap_start, r.first, r.second, r.kind))
     return races
+
+
+def program_conflicts(
+    reads: Sequence[Sequence[tuple[int, int]]],
+    writes: Sequence[Sequence[tuple[int, int]]],
+    ids: Sequence[int],
+) -> np.ndarray:
+    """The nearest conflicting pairs when the tasks ``ids`` run in that order (the accesses
+    given in the same order), as rows (first, second, kind, lo, hi) of task ids: each task
+    against the last writer and the readers since of the bytes it touches — the pairs whose
+    order decides what a task reads or leaves behind."""
+    tracker = AccessTracker()
+    rows = []
+    for t, r, w in zip((int(i) for i in ids), reads, writes, strict=True):
+        if r or w:
+            found = tracker.access(t, r, w)
+            rows += [(c.src, c.dst, KINDS.index(c.kind), c.lo, c.hi) for c in found]
+    return np.array(rows, np.int64).reshape(-1, 5)
+
+
+def inversions(
+    start: np.ndarray, end: np.ndarray, stream: Sequence[int], conflicts: np.ndarray
+) -> list[ObservedRace]:
+    """The pairs of ``conflicts`` whose second task started and ended before the first started
+    (NaN times — a task that never ran — are never inverted)."""
+    first, second = conflicts[:, 0], conflicts[:, 1]
+    bad = np.flatnonzero((start[second] < start[first]) & (end[second] <= start[first]))
+    return [
+        ObservedRace(
+            first=int(first[k]),
+            second=int(second[k]),
+            kind=KINDS[int(conflicts[k, 2])],
+            lo=int(conflicts[k, 3]),
+            hi=int(conflicts[k, 4]),
+            first_stream=int(stream[int(first[k])]),
+            second_stream=int(stream[int(second[k])]),
+            overlap_start=float(start[second[k]]),
+            overlap_end=float(start[first[k]]),
+            inverted=True,
+        )
+        for k in bad.tolist()
+    ]

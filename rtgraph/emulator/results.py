@@ -294,6 +294,7 @@ class RunResult:
                     "hi": r.hi,
                     "first_stream": r.first_stream,
                     "second_stream": r.second_stream,
+                    "inverted": r.inverted,
                 }
                 for r in self.races
             ],

@@ -36,7 +36,13 @@ from rtgraph.emulator.admission import admit
 from rtgraph.emulator.hardware import DeviceLoop, Hardware
 from rtgraph.emulator.host import Host
 from rtgraph.emulator.numerics import Numerics
-from rtgraph.emulator.races import ObservedRace, access_table, races_in
+from rtgraph.emulator.races import (
+    ObservedRace,
+    access_table,
+    inversions,
+    program_conflicts,
+    races_in,
+)
 from rtgraph.emulator.results import (
     EventRecordTime,
     EventWaitTime,
@@ -450,13 +456,27 @@ class _Run:
         program = self.program
         if not self.tables.touches_memory:  # synthetic kernels on no buffers: nothing races
             return []
-        return races_in(
+        found = races_in(
             start,
             end,
             np.arange(len(program.tasks)),
             self.hw.task_stream,
             lambda: _accesses(program),
         )
+        # in submission order: the order the compiler found the hazards on and ordered them by
+        launched = np.argsort(np.asarray(self.tables.launch_command, np.int64), kind="stable")
+        conflicts = derived(
+            program,
+            "program_conflicts",
+            lambda p: program_conflicts(
+                [p.tasks[t].reads for t in launched],
+                [p.tasks[t].writes for t in launched],
+                launched,
+            ),
+        )
+        found += inversions(start, end, self.hw.task_stream, conflicts)
+        found.sort(key=lambda r: (r.overlap_start, r.first, r.second, r.kind))
+        return found
 
 
 def _host_stats(
