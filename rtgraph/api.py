@@ -157,24 +157,8 @@ def run(
     )
 
 
-def reference(
-    program: Program,
-    *,
-    check: str | None = None,
-    seed: int = 0,
-    inputs: Mapping[str, np.ndarray] | None = None,
-    params: Mapping[str, np.ndarray] | None = None,
-    fill_missing: bool = False,
-) -> Reference:
-    """The reference interpreter's outputs of ``program`` to check a run against (pass them to
-    :func:`compare`): ``check`` ``full`` (every element), ``sample`` (a few hundred per output,
-    computed only where they need) or ``none``; None picks ``full`` or, for a program of more
-    than a few GFLOP, ``sample``. Kept per (program, seed) when nothing is supplied, so
-    repeated runs evaluate it once. The modes, the threshold and the sample: docs/emulator.md.
-    """
-    return _reference(
-        program, check=check, seed=seed, inputs=inputs, params=params, fill_missing=fill_missing
-    )
+#: The reference to check a run against (:func:`rtgraph.ir.reference.reference`).
+reference = _reference
 
 
 def compare(

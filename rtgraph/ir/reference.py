@@ -118,9 +118,13 @@ def reference(
     params: Mapping[str, np.ndarray] | None = None,
     fill_missing: bool = False,
 ) -> Reference:
-    """The reference to check a run of ``program`` against, in mode ``check`` (None: the
-    program's default, :func:`check_mode`). Inputs, params, seed and ``fill_missing`` as for
-    :func:`.interpreter.evaluate`."""
+    """The reference interpreter's outputs of ``program`` to check a run against (pass them to
+    ``rtgraph.compare``): ``check`` ``full`` (every element), ``sample`` (a few hundred per
+    output, computed only where they need) or ``none``; None picks the program's default
+    (:func:`check_mode`: ``full``, or ``sample`` for a program of more than a few GFLOP). Kept
+    per (program, seed) when nothing is supplied, so repeated runs evaluate it once. Inputs,
+    params, seed and ``fill_missing`` as for :func:`.interpreter.evaluate`; the modes, the
+    threshold and the sample: docs/emulator.md."""
     mode = check_mode(program, check)
     if mode == "none":
         return Reference("none", {})
