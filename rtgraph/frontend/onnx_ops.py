@@ -286,13 +286,9 @@ def _term(t: Translation, node: Any, i: int) -> str:
     return t.operand(node, i)
 
 
-def _identity(t: Translation, node: Any) -> None:
-    t.alias(node)
-    return None
-
-
-def _dropout(t: Translation, node: Any) -> None:
-    """Inference: the input unchanged (the mask output, if read, is refused)."""
+def _alias(t: Translation, node: Any) -> None:
+    """Identity, and Dropout at inference: the input under the output's name (Dropout's mask
+    output, if read, is refused)."""
     t.alias(node)
     return None
 
@@ -536,6 +532,6 @@ TRANSLATORS: dict[str, Translator] = {
     "AveragePool": _pool("avg"),
     "GlobalAveragePool": _global_pool("avg"),
     "GlobalMaxPool": _global_pool("max"),
-    "Dropout": _dropout,
-    "Identity": _identity,
+    "Dropout": _alias,
+    "Identity": _alias,
 }
