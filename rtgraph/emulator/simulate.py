@@ -451,6 +451,15 @@ class _Run:
             )
         return streams
 
+    def _conflicts(self, program: StreamProgram) -> np.ndarray:
+        """The program's nearest conflicting pairs in submission order: the order the compiler
+        found its hazards on and ordered them by (computed once per program, see _races)."""
+        launched = np.argsort(np.asarray(self.tables.launch_command, np.int64), kind="stable")
+        tasks = program.tasks
+        return program_conflicts(
+            [tasks[t].reads for t in launched], [tasks[t].writes for t in launched], launched
+        )
+
     def _races(self, start: np.ndarray, end: np.ndarray) -> list[ObservedRace]:
         """The conflicting accesses the run left unordered, named in program order (task ids)."""
         program = self.program
@@ -463,17 +472,7 @@ class _Run:
             self.hw.task_stream,
             lambda: _accesses(program),
         )
-        # in submission order: the order the compiler found the hazards on and ordered them by
-        launched = np.argsort(np.asarray(self.tables.launch_command, np.int64), kind="stable")
-        conflicts = derived(
-            program,
-            "program_conflicts",
-            lambda p: program_conflicts(
-                [p.tasks[t].reads for t in launched],
-                [p.tasks[t].writes for t in launched],
-                launched,
-            ),
-        )
+        conflicts = derived(program, "program_conflicts", self._conflicts)
         found += inversions(start, end, self.hw.task_stream, conflicts)
         found.sort(key=lambda r: (r.overlap_start, r.first, r.second, r.kind))
         return found
