@@ -18,6 +18,7 @@ import pytest
 
 import rtgraph
 from rtgraph.compiler.optimizer.pipeline import optimize
+from rtgraph.compiler.optimizer.rewrite import mentioned, movable_ops, pinned, rebuilt, uses
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.compiler.passes import plan_memory as plan_memory_module
 from rtgraph.compiler.passes.assign_streams import assign_streams
@@ -44,11 +45,6 @@ MODELS = Path(__file__).resolve().parent.parent / "models"
             Operand,
             {"tensor": "x", "offset": 512, "shape": (2, 3), "strides": (12, 4), "dtype": "f32"},
         ),
-        (
-            Task,
-            {"id": 0, "name": "t", "op": "add", "unit": "vector", "inputs": (), "output": None}
-            | {"reads": ((0, 8),), "writes": ((8, 16),), "deps": (), "regions": ("a", "b")},
-        ),
     ],
 )
 def test_build_makes_what_the_constructor_makes(cls, values):
@@ -56,6 +52,15 @@ def test_build_makes_what_the_constructor_makes(cls, values):
     assert built == made and repr(built) == repr(made) and type(built) is cls
     with pytest.raises(AttributeError):
         built.id = 9  # still frozen
+
+
+def test_build_refuses_slotted_records():
+    # A stream program's tasks and commands are slotted (no ``__dict__`` to fill): they are
+    # made by their constructors, and build() says so rather than making a broken record.
+    values = {"id": 0, "name": "t", "op": "add", "unit": "vector", "inputs": (), "output": None}
+    values |= {"reads": ((0, 8),), "writes": ((8, 16),), "deps": (), "regions": ("a", "b")}
+    with pytest.raises(AssertionError):
+        build(Task, values)
 
 
 def test_build_gives_each_record_its_own_default_factory_value():
@@ -115,3 +120,43 @@ def test_compiling_does_not_import_networkx():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+KERNELS = """
+device "toy"
+program k(N = 4) {
+    a = kernel(unit = cube, us = 2)
+    for i in 0..N {
+        a = kernel(unit = vector, us = 1, after = [a])
+    }
+}
+"""
+
+
+def test_the_optimizer_returns_a_program_of_synthetic_kernels_untouched():
+    # nothing a pass may move: every pass hands the same object on, at any level
+    program = rtgraph.parse(KERNELS, "k.rtg")
+    assert movable_ops(program) == frozenset()
+    for level in (0, 1, 2):
+        bound = CompileOptions(opt_level=level).for_device(rtgraph.device("toy"))
+        assert optimize(program, bound) is program
+
+
+def test_analyses_are_shared_by_the_passes_that_see_one_program_and_redone_for_another():
+    program = rtgraph.load(MODELS / "transformer_naive.rtg", {"S": 64, "D": 96, "F": 128})
+    assert pinned(program) is pinned(program) and uses(program) is uses(program)
+    assert "matmul" in movable_ops(program)
+    # a rebuilt program (new nodes) gets its own analyses, not the old one's
+    fewer = rebuilt(program, program.nodes[:-1])
+    assert uses(fewer) is not uses(program)
+    assert uses(fewer) == _count_uses(fewer)
+    # a caller that edits a node list in place is not served a stale answer
+    program.nodes.pop()
+    assert uses(program) == _count_uses(program)
+
+
+def _count_uses(program) -> dict[str, int]:
+    count: dict[str, int] = {}
+    for name in mentioned(program):
+        count[name] = count.get(name, 0) + 1
+    return count

@@ -7,33 +7,33 @@ names the others); ``COMMAND_TYPES`` maps the JSON ``cmd`` names to the classes
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Literal
 
 from rtgraph.errors import Span
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Launch:
     stream: int
     task: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Record:
     stream: int
     event: int
     span: Span | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Wait:
     stream: int
     event: int
     span: Span | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Barrier:
     """A dependency mark: a reordering device may not issue later tasks of the stream early."""
 
@@ -41,7 +41,7 @@ class Barrier:
     span: Span | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Callback:
     """A host callback that runs after all earlier work of ``stream`` has completed."""
 
@@ -51,7 +51,7 @@ class Callback:
     span: Span | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Sync:
     """The host blocks until an event (``target`` an event id), a stream, or the device is done."""
 
@@ -60,7 +60,7 @@ class Sync:
     span: Span | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Alloc:
     """The host allocates ``tensor`` at run time (``--alloc``): host time ``latency_us``.
 
@@ -79,7 +79,7 @@ class Alloc:
     reserved: int = 0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Free:
     """The host frees ``tensor`` after submitting its last use: host time ``latency_us``."""
 
@@ -105,3 +105,8 @@ COMMAND_TYPES: dict[str, type] = {
 #: Commands that only the host thread executes (no entry in any stream's queue).
 HOST_ONLY: tuple[type, ...] = (Sync, Alloc, Free)
 COMMAND_NAMES = {v: k for k, v in COMMAND_TYPES.items()}
+#: Each command class's field names, in order (the JSON keys after ``cmd``). The classes are
+#: slotted — a million-task program holds millions of commands — so they have no ``__dict__``.
+COMMAND_FIELDS: dict[type, tuple[str, ...]] = {
+    cls: tuple(f.name for f in fields(cls)) for cls in COMMAND_TYPES.values()
+}

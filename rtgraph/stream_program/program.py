@@ -31,6 +31,7 @@ from typing import Any, Literal, TypeVar
 from rtgraph.dtypes import DTYPES
 from rtgraph.errors import Source, Span, StreamProgramError
 from rtgraph.stream_program.commands import (  # defined there, imported from here too
+    COMMAND_FIELDS,
     COMMAND_NAMES,
     COMMAND_TYPES,
     HOST_ONLY,
@@ -86,7 +87,7 @@ class Operand:
         return (lo, hi + DTYPES[self.dtype].itemsize)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Task:
     """One unit of device work.
 
@@ -308,7 +309,8 @@ def to_dict(p: StreamProgram) -> dict[str, Any]:
     commands = []
     for c in p.commands:
         d: dict[str, Any] = {"cmd": COMMAND_NAMES[type(c)]}
-        for k, v in c.__dict__.items():
+        for k in COMMAND_FIELDS[type(c)]:
+            v = getattr(c, k)
             d[k] = _span_to(v) if k == "span" else v
         commands.append(d)
     return {

@@ -7,7 +7,7 @@ are equal); a pinned tensor (an output, an ``after=`` target, …) keeps its own
 
 from __future__ import annotations
 
-from rtgraph.compiler.optimizer.rewrite import movable, pinned, rebuilt, renamed
+from rtgraph.compiler.optimizer.rewrite import movable, movable_ops, pinned, rebuilt, renamed
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.ir.graph import Node, OpNode, Program
 from rtgraph.ops.fused import body_attrs
@@ -15,6 +15,8 @@ from rtgraph.ops.fused import body_attrs
 
 def eliminate_common_subexpressions(program: Program, options: CompileOptions) -> Program:
     """``program`` with each repeated op computed once."""
+    if not movable_ops(program):
+        return program
     keep = pinned(program)
     seen: dict[tuple, str] = {}
     to: dict[str, str] = {}

@@ -7,14 +7,16 @@ ops on an explicit stream). Numerics are unchanged: only unused values disappear
 
 from __future__ import annotations
 
-from rtgraph.compiler.optimizer.rewrite import movable, pinned, rebuilt
+from rtgraph.compiler.optimizer.rewrite import movable, movable_ops, pinned, rebuilt
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.ir.graph import Node, OpNode, Program
 
 
 def eliminate_dead_code(program: Program, options: CompileOptions) -> Program:
     """``program`` without the ops no output, callback or kernel depends on."""
-    live = pinned(program)
+    if not movable_ops(program):
+        return program
+    live = set(pinned(program))
     kept: list[Node] = []
     dropped: list[str] = []
     for node in reversed(program.nodes):

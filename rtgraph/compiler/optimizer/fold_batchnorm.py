@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from rtgraph.compiler.optimizer.rewrite import movable, pinned, rebuilt, uses
+from rtgraph.compiler.optimizer.rewrite import movable, movable_ops, pinned, rebuilt, uses
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.dtypes import TensorType
 from rtgraph.errors import CapacityError, Span
@@ -64,6 +64,8 @@ class FoldSite:
 
 def fold_sites(program: Program) -> list[FoldSite]:
     """Every batchnorm of ``program`` that folds into the product it reads, in program order."""
+    if "batchnorm" not in movable_ops(program):
+        return []
     keep = pinned(program)
     count = uses(program)
     producer = {n.output: n for n in program.nodes if isinstance(n, OpNode)}

@@ -12,7 +12,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from rtgraph.compiler.optimizer.rewrite import movable, pinned, rebuilt, renamed
+from rtgraph.compiler.optimizer.rewrite import movable, movable_ops, pinned, rebuilt, renamed
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.dtypes import to_value
 from rtgraph.ir.graph import Node, OpNode, Program, Tensor
@@ -21,6 +21,8 @@ from rtgraph.ops import lookup, run_kernel
 
 def fold_constants(program: Program, options: CompileOptions) -> Program:
     """``program`` with constant-only ops folded and multiplications by one removed."""
+    if not movable_ops(program):
+        return program
     keep = pinned(program)
     tensors = dict(program.tensors)
     to: dict[str, str] = {}

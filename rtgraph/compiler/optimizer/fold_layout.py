@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from rtgraph.compiler.optimizer.rewrite import movable, pinned, rebuilt, renamed, uses
+from rtgraph.compiler.optimizer.rewrite import movable, movable_ops, pinned, rebuilt, renamed, uses
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.ir.graph import Node, OpNode, Program
 
@@ -21,6 +21,8 @@ def _perm(node: OpNode, rank: int) -> tuple[int, ...]:
 
 def fold_layout(program: Program, options: CompileOptions) -> Program:
     """``program`` with chained and identity layout ops folded."""
+    if not movable_ops(program) & {"transpose", "reshape"}:
+        return program
     keep = pinned(program)
     count = uses(program)
     made: dict[str, OpNode] = {}

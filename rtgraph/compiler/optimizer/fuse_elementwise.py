@@ -18,7 +18,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rtgraph.compiler.optimizer.rewrite import fused_body, movable, pinned, rebuilt, uses
+from rtgraph.compiler.optimizer.rewrite import (
+    fused_body,
+    movable,
+    movable_ops,
+    pinned,
+    rebuilt,
+    uses,
+)
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.ir.graph import Node, OpNode, Program
 from rtgraph.ops import lookup
@@ -51,6 +58,8 @@ def _fusible(node: Node, program: Program) -> bool:
 
 def fuse_elementwise(program: Program, options: CompileOptions) -> Program:
     """``program`` with every maximal group of fusible Vector ops replaced by one fused op."""
+    if not movable_ops(program):
+        return program
     keep = pinned(program)
     count = uses(program)
     group_of: dict[str, _Group] = {}  # an op's output -> the group it belongs to

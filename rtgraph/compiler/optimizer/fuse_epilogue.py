@@ -25,6 +25,7 @@ from __future__ import annotations
 from rtgraph.compiler.optimizer.rewrite import (
     fused_body,
     movable,
+    movable_ops,
     pinned,
     readers,
     rebuilt,
@@ -39,7 +40,7 @@ def fuse_epilogue(program: Program, options: CompileOptions) -> Program:
     """``program`` with each matmul / conv2d and the epilogue the device applies after it as
     one Cube ``fused`` op (unchanged when the device lists no epilogue)."""
     allowed = set(options.target.unit("cube").epilogues)
-    if not allowed:
+    if not allowed or not movable_ops(program) & CHANNEL_AXIS.keys():
         return program
     keep, count, reader = pinned(program), uses(program), readers(program)
     taken: set[int] = set()  # ids of the nodes already in a chain

@@ -9,23 +9,72 @@ printed next to the program after it.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+import weakref
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from rtgraph.dtypes import DTYPES, contiguous_strides
 from rtgraph.ir.graph import CallbackNode, HostCopyNode, Node, OpNode, Program
 from rtgraph.ops.fused import body_attrs
 from rtgraph.ops.layout import VIEW_OPS, view_layout
 
+_T = TypeVar("_T")
 
-def uses(program: Program) -> dict[str, int]:
+#: Analyses of a program object, by ``id``: (a weak reference to it, its node list when they
+#: were made, the analyses by name). A pass that changes nothing returns the program it was
+#: given, so the passes after it reuse what was found instead of walking the nodes again.
+_MEMO: dict[int, tuple[weakref.ref[Program], list[Node], int, dict[str, Any]]] = {}
+
+
+def memoized(program: Program, name: str, compute: Callable[[Program], _T]) -> _T:
+    """``compute(program)``, computed once per program object while its node list is the same
+    list of the same length (passes never edit a program in place; this guards against a
+    caller that does). The result is shared: callers must not modify it."""
+    key = id(program)
+    entry = _MEMO.get(key)
+    if (
+        entry is None
+        or entry[0]() is not program
+        or entry[1] is not program.nodes
+        or entry[2] != len(program.nodes)
+    ):
+
+        def forget(ref: weakref.ref[Program], key: int = key) -> None:
+            if (held := _MEMO.get(key)) is not None and held[0] is ref:
+                del _MEMO[key]
+
+        entry = (weakref.ref(program, forget), program.nodes, len(program.nodes), {})
+        _MEMO[key] = entry
+    found = entry[3]
+    if name not in found:
+        found[name] = compute(program)
+    return found[name]
+
+
+def uses(program: Program) -> Mapping[str, int]:
     """How many times each tensor is read: as an op's operand, in ``after=``, by a callback,
-    by a synthetic kernel, or as an output (each counts once per mention)."""
+    by a synthetic kernel, or as an output (each counts once per mention). Shared between
+    the passes that see the same program: read only."""
+    return memoized(program, "uses", _uses)
+
+
+def _uses(program: Program) -> dict[str, int]:
     count: dict[str, int] = {}
     for name in mentioned(program):
         count[name] = count.get(name, 0) + 1
     return count
+
+
+def movable_ops(program: Program) -> frozenset[str]:
+    """The kinds of op among ``program``'s :func:`movable` nodes — the only nodes the
+    passes rewrite, so a pass whose ops are absent returns the program at once (a program
+    of synthetic kernels or explicit streams has none)."""
+    return memoized(
+        program,
+        "movable_ops",
+        lambda p: frozenset(n.op for n in p.nodes if movable(n)),  # type: ignore[union-attr]
+    )
 
 
 def mentioned(program: Program) -> Iterable[str]:
@@ -42,10 +91,14 @@ def mentioned(program: Program) -> Iterable[str]:
     yield from program.outputs
 
 
-def pinned(program: Program) -> set[str]:
+def pinned(program: Program) -> frozenset[str]:
     """Tensors whose name the program's meaning depends on: outputs, ``after=`` targets,
     callback triggers and whatever a synthetic kernel touches. A pass may not rename or drop
     them (it may still compute them differently)."""
+    return memoized(program, "pinned", _pinned)
+
+
+def _pinned(program: Program) -> frozenset[str]:
     keep = set(program.outputs)
     for node in program.nodes:
         if isinstance(node, OpNode):
@@ -58,7 +111,7 @@ def pinned(program: Program) -> set[str]:
             keep.add(node.after)
         elif isinstance(node, HostCopyNode):
             keep.add(node.tensor)
-    return keep
+    return frozenset(keep)
 
 
 def movable(node: Node) -> bool:
@@ -84,9 +137,13 @@ def rebuilt(program: Program, nodes: list[Node], dropped: Iterable[str] = ()) ->
     return replace(program, nodes=nodes, tensors=tensors)
 
 
-def readers(program: Program) -> dict[str, OpNode]:
+def readers(program: Program) -> Mapping[str, OpNode]:
     """An op reading each tensor (the last in program order) — the reader, where
-    :func:`uses` says it has only one."""
+    :func:`uses` says it has only one. Shared like :func:`uses`: read only."""
+    return memoized(program, "readers", _readers)
+
+
+def _readers(program: Program) -> dict[str, OpNode]:
     found: dict[str, OpNode] = {}
     for node in program.nodes:
         if isinstance(node, OpNode):
@@ -139,8 +196,9 @@ def concats_in_place(program: Program) -> dict[str, tuple[str, int]]:
 
     A ``concat`` qualifies when every axis before the joined one has size 1 (so each part's
     slice of the result is contiguous) and each part is a distinct value computed by an op
-    that makes a task (not a view, not a synthetic kernel, not a declared tensor), joined by
-    no other concat and not itself an output. Other ops may read a part: they read its bytes
+    that makes a task (not a view, not a synthetic kernel, not a declared tensor, not another
+    concat — which may itself be made in place, leaving no task to write into this one), joined
+    by no other concat and not itself an output. Other ops may read a part: they read its bytes
     in the result, which nothing else writes. The optimizer's tiles meet this: they then cost
     no copy.
     """
@@ -164,6 +222,7 @@ def concats_in_place(program: Program) -> dict[str, tuple[str, int]]:
             p is None
             or p.op in VIEW_OPS
             or p.op == "kernel"
+            or p.op == "concat"  # a part made in place itself: it has no task to redirect
             or joins[p.output] != 1
             or p.output in outputs
             for p in parts

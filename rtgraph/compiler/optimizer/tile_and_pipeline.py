@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from rtgraph.compiler.optimizer.host_link import copy_us, sends_in_parts
 from rtgraph.compiler.optimizer.rewrite import (
     movable,
+    movable_ops,
     pinned,
     readers,
     rebuilt,
@@ -80,6 +81,8 @@ def _on_cube(node: OpNode) -> bool:
 
 def chains(program: Program) -> list[tuple[OpNode, ...]]:
     """The maximal chains that start with a Cube op and hold a Vector op, in program order."""
+    if not movable_ops(program):
+        return []
     keep, count, reader = pinned(program), uses(program), readers(program)
     taken: set[str] = set()
     found = []

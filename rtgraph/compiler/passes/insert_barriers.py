@@ -26,7 +26,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rtgraph.compiler.passes.event_ids import colour_events
-from rtgraph.compiler.passes.find_hazards import read_ranges
 from rtgraph.compiler.taskgraph import Hazard, HostStep, TaskGraph, build
 from rtgraph.errors import CapacityError
 from rtgraph.stream_program.program import (
@@ -210,40 +209,57 @@ class _Walk:
     def task(self, t: int) -> None:
         """Emit task ``t`` with the waits it needs, its allocations, frees and host steps."""
         q = self.stream_of[t]
-        self.host.extend(("cmd", a) for a in self.allocs_before.get(t, ()))
-        needed, true_dep = self.uncovered_sources(t, q)
-        waits = self.minimal_waits(needed)
-        self.stats["implied"] += len(needed) - len(waits)
-        for src in sorted(waits, key=lambda s: (self.stream_of[s], self.seq[s])):
+        host = self.host
+        if self.allocs_before and t in self.allocs_before:
+            host.extend(("cmd", a) for a in self.allocs_before[t])
+        if t in self.preds:
+            needed, true_dep = self.uncovered_sources(t, q)
+            if needed:
+                self.wait_for(t, q, needed, true_dep)
+        clocks = self.clocks
+        self.seq[t] = clocks.launch(q)
+        self.task_clock[t] = clocks.snapshot(q)
+        host.append(("launch", t))
+        if self.frees_after and t in self.frees_after:
+            host.extend(("cmd", f) for f in self.frees_after[t])
+        if t in self.attached:
+            for step in self.attached[t]:
+                self.host_step(step)
+
+    def wait_for(self, t: int, q: int, needed: dict[int, int], true_dep: set[int]) -> None:
+        """The waits on ``q`` before task ``t``: one per source of ``needed`` that no other
+        covers, in stream order."""
+        waits = self.minimal_waits(needed) if len(needed) > 1 else list(needed.values())
+        stats = self.stats
+        stats["implied"] += len(needed) - len(waits)
+        if len(waits) > 1:
+            waits.sort(key=lambda s: (self.stream_of[s], self.seq[s]))
+        for src in waits:
             ev = self.record_after(src)
             self.host.append(("wait", (q, ev)))
-            self.stats["waits"] += 1
+            stats["waits"] += 1
             # A wait that orders two tasks only because their bytes are reused:
-            self.stats["reuse_waits"] += src not in true_dep
+            stats["reuse_waits"] += src not in true_dep
             self.clocks.merge(q, self.task_clock[src])
             self.fenced(q)
-        self.seq[t] = self.clocks.launch(q)
-        self.task_clock[t] = self.clocks.snapshot(q)
-        self.host.append(("launch", t))
-        self.host.extend(("cmd", f) for f in self.frees_after.get(t, ()))
-        for step in self.attached.get(t, []):
-            self.host_step(step)
 
     def uncovered_sources(self, t: int, q: int) -> tuple[dict[int, int], set[int]]:
         """Per other stream, the latest source of a hazard into ``t`` that ``q`` does not
         already know has finished; and the sources with a hazard on the same tensor (not only
         on reused bytes). Same-stream hazards are implied, or on a reorder device noted for a
         barrier mark."""
-        graph, stats, seq = self.graph, self.stats, self.seq
+        graph, stats, seq, stream_of = self.graph, self.stats, self.seq, self.stream_of
         task = graph.tasks[t]
+        known = self.clocks.clock[q]
         needed: dict[int, int] = {}
         true_dep: set[int] = set()
-        for h in self.preds.get(t, ()):
-            stats["hazards"] += 1
+        hazards = self.preds.get(t, ())
+        stats["hazards"] += len(hazards)
+        for h in hazards:
             src = h.src
             if not h.reuse:
                 true_dep.add(src)
-            p = self.stream_of[src]
+            p = stream_of[src]
             if (
                 self.keep_sync
                 and not h.reuse
@@ -260,7 +276,7 @@ class _Walk:
                 else:
                     stats["implied"] += 1
                 continue
-            if self.clocks.clock[q][p] >= seq[src]:
+            if known[p] >= seq[src]:
                 stats["implied"] += 1
                 continue
             if seq[src] > seq.get(needed.get(p, -1), 0):
@@ -305,6 +321,8 @@ class _Walk:
             )
         stats["events_peak"] = peak
         notes = {**graph.notes, "barriers": stats, "user_events": len(self.user_events)}
+        if self.user_events:  # the program's own names, for listings (ids 0..n-1 in order)
+            notes["event_names"] = list(self.user_events)
         program = graph.program
         sp = StreamProgram(
             name=program.name,
@@ -377,7 +395,13 @@ def _place_barriers(
 
 
 def _tasks(graph: TaskGraph) -> list[Task]:
+    """The stream program's task records, one per graph task, addresses from the plan.
+
+    Each storage's whole byte range is made once and shared by the tasks that touch all of
+    it: at a million tasks these records are most of what a compiled program holds.
+    """
     regions = graph.memory.regions
+    whole = {name: (r.offset, r.offset + r.size) for name, r in regions.items()}
 
     def operand(name: str) -> Operand:
         v = graph.views[name]
@@ -385,42 +409,42 @@ def _tasks(graph: TaskGraph) -> list[Task]:
         fields = {"tensor": name, "offset": offset, "shape": v.shape, "strides": v.strides}
         return build(Operand, {**fields, "dtype": v.dtype})
 
-    def ranges(
-        names: tuple[str, ...], window: tuple[int, int] | None = None
-    ) -> tuple[tuple[int, int], ...]:
-        lo, hi = window if window is not None else (0, None)
+    def windowed(names: tuple[str, ...], windows: tuple) -> tuple[tuple[int, int], ...]:
         return tuple(
-            (regions[n].offset + lo, regions[n].offset + (regions[n].size if hi is None else hi))
-            for n in names
+            whole[n] if w is None else (regions[n].offset + w[0], regions[n].offset + w[1])
+            for n, w in zip(names, windows, strict=True)
         )
 
-    out = []
+    out: list[Task] = []
     pred = graph.dag.pred
     for t in graph.tasks:
-        deps = sorted(p for p, kind in pred[t.id].items() if kind != "hazard")
+        deps = [p for p, kind in pred[t.id].items() if kind != "hazard"]
+        deps.sort()
+        reads, writes = t.reads, t.writes
         out.append(
-            build(
-                Task,
-                dict(
-                    id=t.id,
-                    name=t.name,
-                    op=t.op,
-                    unit=t.unit,
-                    inputs=tuple(operand(n) for n in t.inputs),
-                    output=operand(t.output) if t.output is not None else None,
-                    reads=tuple(read_ranges(graph, t)),
-                    writes=ranges(t.writes, t.window),
-                    flops=t.flops,
-                    bytes_read=t.bytes_read,
-                    bytes_written=t.bytes_written,
-                    block_dim=t.block_dim,
-                    attrs=t.attrs,
-                    duration_us=t.duration_us,
-                    host=t.host,
-                    deps=tuple(deps),
-                    span=t.span,
-                    regions=tuple(dict.fromkeys((*t.reads, *t.writes))),
-                ),
+            Task(
+                t.id,
+                t.name,
+                t.op,
+                t.unit,
+                tuple(operand(n) for n in t.inputs) if t.inputs else (),
+                operand(t.output) if t.output is not None else None,
+                windowed(reads, t.read_windows)
+                if t.read_windows
+                else tuple(whole[n] for n in reads),
+                windowed(writes, (t.window,) * len(writes))
+                if t.window is not None
+                else tuple(whole[n] for n in writes),
+                t.flops,
+                t.bytes_read,
+                t.bytes_written,
+                t.block_dim,
+                t.attrs,
+                t.duration_us,
+                t.host,
+                tuple(deps),
+                t.span,
+                tuple(dict.fromkeys(reads + writes)),
             )
         )
     return out

@@ -366,30 +366,34 @@ class _Builder:
         return offset, offset + t.type.nbytes
 
     def kernel(self, node: OpNode, t_out: Tensor) -> None:
-        attrs = dict(node.attrs)
-        reads = tuple(dict.fromkeys(self.base_of(n) for n in attrs.get("reads", ())))
-        writes = tuple(dict.fromkeys(self.base_of(n) for n in attrs.get("writes", ())))
-        nbytes = {n: self.storages[n].nbytes for n in (*reads, *writes)}
+        attrs = node.attrs
+        views, storages = self.views, self.storages
+        named = attrs.get("reads")
+        reads = tuple(dict.fromkeys(views[n].base for n in named)) if named else ()
+        named = attrs.get("writes")
+        writes = tuple(dict.fromkeys(views[n].base for n in named)) if named else ()
         task = self.add(
             build(
                 DagTask,
-                dict(
-                    id=len(self.tasks),
-                    name=t_out.label,
-                    op="kernel",
-                    unit=str(attrs["unit"]),
-                    inputs=(),
-                    output=None,
-                    reads=reads,
-                    writes=writes,
-                    bytes_read=sum(nbytes[n] for n in reads),
-                    bytes_written=sum(nbytes[n] for n in writes),
-                    block_dim=int(attrs.get("block_dim", 1)),
-                    attrs={k: v for k, v in attrs.items() if k != "block_dim"},
-                    duration_us=float(attrs["us"]),
-                    stream=node.stream,
-                    span=node.span,
-                ),
+                {
+                    "id": len(self.tasks),
+                    "name": t_out.label,
+                    "op": "kernel",
+                    "unit": str(attrs["unit"]),
+                    "inputs": (),
+                    "output": None,
+                    "reads": reads,
+                    "writes": writes,
+                    "bytes_read": sum(storages[n].nbytes for n in reads),
+                    "bytes_written": sum(storages[n].nbytes for n in writes),
+                    "block_dim": int(attrs.get("block_dim", 1)),
+                    "attrs": {k: v for k, v in attrs.items() if k != "block_dim"}
+                    if "block_dim" in attrs
+                    else dict(attrs),
+                    "duration_us": float(attrs["us"]),
+                    "stream": node.stream,
+                    "span": node.span,
+                },
             ),
             after=node.after,
         )
