@@ -346,7 +346,7 @@ def test_records_that_use_no_memory_sit_at_zero_and_cost_nothing():
     p = plan(records)
     assert p.offsets["empty"] == 0 and p.offsets["zero"] == 0
     assert p.height == p.lower_bound == 64
-    assert plan([]) == Placement({}, 0, 0, "greedy_by_size")
+    assert plan([]) == Placement({}, 0, 0, "greedy_by_size", proven=True)
 
 
 # --- checking placements -------------------------------------------------------------------

@@ -1,6 +1,7 @@
 """Static memory planning: byte offsets in one device pool for tensors with known lifetimes.
 
-:func:`plan` is the entry point (records in, :class:`Placement` out); :func:`plan_lifetimes`
+:func:`plan` is the entry point (records in, :class:`Placement` out: offsets, height, the
+best lower bound and whether the height is ``proven`` optimal); :func:`plan_lifetimes`
 is the compiler's shorthand for ``(size, first_use, last_use)`` triples; :func:`check_placement`
 lists what is wrong with a placement. Records travel as MiniMalloc CSV files
 (:func:`read_records_csv`, :func:`write_offsets_csv`). Every input is bounded before it costs
@@ -9,6 +10,7 @@ work or memory — the ``MAX_*`` limits below, listed in ``docs/limits.md``.
 
 from rtgraph.compiler.memplan.planner import (
     DEFAULT_BUDGET,
+    DEFAULT_TIME_LIMIT,
     MAX_SEARCH_WORK,
     METHODS,
     Placement,
@@ -32,6 +34,7 @@ from rtgraph.compiler.memplan.records import (
 
 __all__ = [
     "DEFAULT_BUDGET",
+    "DEFAULT_TIME_LIMIT",
     "MAX_PAIRS",
     "MAX_POOL_BYTES",
     "MAX_RECORDS",

@@ -9,21 +9,29 @@ Methods (all deterministic: same records, same offsets):
 
 ``"greedy_by_size"``
     The TFLite / Pisarchyk–Lee baseline, kept as the floor every other method must beat.
-``"fast"``
+``"heuristic"`` (alias ``"fast"``)
     The best of a small portfolio of one-pass heuristics — greedy-by-size and canonical
     skyline placement under four preorders, stopping early at the lower bound.
     ``O((n + P) log n)`` for ``n`` records and ``P`` conflicting pairs: a few tens of
-    milliseconds for a thousand tensors. The compiler's default.
+    milliseconds for a thousand tensors.
+``"exact"``
+    The portfolio's best as the incumbent, then branch and bound over canonical placements
+    (:mod:`rtgraph.compiler.memplan.exact` driving :mod:`rtgraph.compiler.memplan.search`):
+    first for a plan at the lower bound, then bisecting on the capacity, until the plan is
+    proven optimal or the time limit (default :data:`DEFAULT_TIME_LIMIT`) runs out. The
+    placement says whether it is ``proven`` and gives the best lower bound proved.
 ``"best"``
-    ``"fast"``, then, unless that already meets the lower bound, branch and bound over
-    canonical placements (:mod:`rtgraph.compiler.memplan.search`): first for a plan at the lower
-    bound, then bisecting on the capacity between the bound and the best plan known. The
-    search stops after ``budget`` placements in total (default :data:`DEFAULT_BUDGET`),
-    never after a number of seconds; each placement costs ``O(k log k + S log S)`` for the
-    ``k`` records and ``S`` sections of the piece being solved (about 0.1 ms on the
-    MiniMalloc instances, so the default budget is a few seconds). Since a placement's cost
-    grows with the records, placements × records is capped too (:data:`MAX_SEARCH_WORK`), and
-    a problem too large for the search to place every record within that is not searched.
+    The same search under a fixed number of placements (``budget``, default
+    :data:`DEFAULT_BUDGET`) and no time limit, so its answer never depends on the machine:
+    the compiler's method (with a smaller budget). Each placement costs about
+    ``O(k + S)`` NumPy work for the ``k`` records and ``S`` sections of the piece being solved
+    (0.1–0.3 ms on the MiniMalloc instances). Since a placement's cost grows with the records,
+    placements × records is capped too (:data:`MAX_SEARCH_WORK`), and a problem too large for
+    the search to place every record within that is not searched.
+
+A CP-SAT model (OR-Tools ``NoOverlap2D`` over lifetime × address, hinted with the portfolio's
+plan, 2 workers) was measured as a further method and not kept: after 30 s it stood at
+1.094–1.167 × the capacity on MiniMalloc's A, E, H and I, above what this search reaches.
 
 A *dense* problem — more than :data:`MAX_PAIRS` overlapping pairs, as when most tensors
 live to the end of the program — is placed by a linear scan that reuses freed blocks of the
@@ -38,11 +46,12 @@ and heights are exact (int64 that provably cannot overflow, Python integers at t
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from numbers import Integral, Real
 
 import numpy as np
 
+from rtgraph.compiler.memplan.exact import ExactResult, solve
 from rtgraph.compiler.memplan.greedy import (
     PREORDERS,
     greedy_by_size_offsets,
@@ -54,10 +63,12 @@ from rtgraph.compiler.memplan.greedy import (
 from rtgraph.compiler.memplan.overlaps import sweep_overlaps
 from rtgraph.compiler.memplan.problem import MAX_PAIRS, Problem, build_problem
 from rtgraph.compiler.memplan.records import MAX_POOL_BYTES, Record
-from rtgraph.compiler.memplan.search import Outcome, fits_within
 from rtgraph.errors import InputError, did_you_mean
 
-METHODS = ("best", "fast", "greedy_by_size")
+METHODS = ("best", "exact", "heuristic", "fast", "greedy_by_size")
+
+#: Seconds ``plan(method="exact")`` searches when no time limit is given.
+DEFAULT_TIME_LIMIT = 10.0
 
 #: Search placements ``plan(method="best")`` may try when no budget is given. At roughly
 #: 50–150 µs a placement this bounds the search at a few seconds; problems the heuristics
@@ -73,6 +84,7 @@ MAX_SEARCH_WORK = 100_000_000
 
 __all__ = [
     "DEFAULT_BUDGET",
+    "DEFAULT_TIME_LIMIT",
     "MAX_PAIRS",
     "MAX_SEARCH_WORK",
     "METHODS",
@@ -90,14 +102,25 @@ class Placement:
     """Where each record goes: ``offsets[id]``, a multiple of the alignment.
 
     ``height`` is the pool size the plan needs (max of offset + aligned size), ``lower_bound``
-    the max-live bound no plan can beat, and ``method`` names the algorithm whose answer this
-    is (e.g. ``"greedy_by_size"``, ``"skyline/TWA"``, ``"search/TAW"``).
+    the best bound no plan can beat — max-live, or more where the search proved a capacity
+    infeasible — and ``method`` names the algorithm whose answer this is (e.g.
+    ``"greedy_by_size"``, ``"skyline/TWA"``, ``"search/TAW"``). ``proven`` says the height is
+    optimal: it equals the lower bound (rounded up to the gcd of the sizes, which every
+    canonical height is a multiple of). ``time_to_best`` is the seconds the search took to
+    find this plan (0.0 for a heuristic's; not compared, as it depends on the machine).
     """
 
     offsets: dict[str, int]
     height: int
     lower_bound: int
     method: str
+    proven: bool = False
+    time_to_best: float = field(default=0.0, compare=False)
+
+    @property
+    def gap(self) -> float:
+        """``(height - lower_bound) / lower_bound``: how far from optimal at most (0.0: none)."""
+        return (self.height - self.lower_bound) / self.lower_bound if self.lower_bound else 0.0
 
     @property
     def ratio(self) -> float:
@@ -123,16 +146,21 @@ def plan(
     alignment: int = 1,
     method: str = "best",
     budget: float | None = None,
+    time_limit: float | None = None,
 ) -> Placement:
     """Offsets for ``records`` in one pool, overlapping lifetimes never overlapping in memory.
 
     Sizes are rounded up to ``alignment`` and every offset is a multiple of it. ``method`` is
     one of :data:`METHODS` (see the module docstring for what each costs); ``budget`` is the
-    number of search placements ``"best"`` may try (``None``: :data:`DEFAULT_BUDGET`; never
+    number of search placements ``"best"`` and ``"exact"`` may try (``None``:
+    :data:`DEFAULT_BUDGET` for ``"best"``, no limit but the work cap for ``"exact"``; never
     more than :data:`MAX_SEARCH_WORK` divided by the active records, and none when that is
-    fewer than the records).
-    Raises :class:`~rtgraph.errors.InputError` for bad records, alignment, method or budget,
-    or records past a limit (see :func:`~rtgraph.compiler.memplan.problem.build_problem`).
+    fewer than the records); ``time_limit`` the seconds ``"exact"`` may search (``None``:
+    :data:`DEFAULT_TIME_LIMIT`) — ``"best"`` takes one too, but has none by default, so that
+    its answer never depends on the machine.
+    Raises :class:`~rtgraph.errors.InputError` for bad records, alignment, method, budget or
+    time limit, or records past a limit (see
+    :func:`~rtgraph.compiler.memplan.problem.build_problem`).
     """
     if method not in METHODS:
         hint = did_you_mean(method, METHODS) if isinstance(method, str) else None
@@ -140,7 +168,10 @@ def plan(
             f"unknown planning method {method!r}",
             hint=hint or f"choose one of: {', '.join(METHODS)}",
         )
-    nodes = _check_budget(budget)
+    nodes = _check_budget(budget, exact=method == "exact")
+    seconds = _check_time_limit(time_limit)
+    if method == "exact" and seconds is None:
+        seconds = DEFAULT_TIME_LIMIT
     problem = build_problem(records, alignment)
     active = int(problem.active.sum())
     nodes = min(nodes, MAX_SEARCH_WORK // max(active, 1))
@@ -152,8 +183,9 @@ def plan(
         offsets, name = greedy_by_size_offsets(problem), "greedy_by_size"
     else:
         offsets, name = _portfolio(problem)
-        if method == "best":
-            offsets, name = _improve(problem, offsets, name, nodes)
+        if method in ("best", "exact"):
+            found = solve(problem, offsets, name, budget=nodes, time_limit=seconds)
+            return _placement(problem, found.offsets, found.name, found)
     return _placement(problem, offsets, name)
 
 
@@ -296,73 +328,35 @@ def _portfolio(problem: Problem) -> tuple[np.ndarray, str]:
     return best, name
 
 
-def _improve(
-    problem: Problem, offsets: np.ndarray, name: str, budget: int
-) -> tuple[np.ndarray, str]:
-    """Lower ``offsets`` by branch and bound under a placement budget.
-
-    First asks for a plan at the lower bound (half the budget); then bisects on the capacity
-    between what is known impossible and the best plan found, each probe taking a share of
-    what is left. A probe that runs out of budget counts as a failure, so the answer is the
-    lowest capacity some probe reached, not necessarily the optimum.
-    """
-    height = height_of(problem, offsets)
-    g = problem.granule
-    low = -(-problem.lower_bound // g) * g  # no plan is lower, and heights are multiples of g
-    if height <= low or budget <= 0:
-        return offsets, name
-    ranks = {h: preorder_ranks(problem, h) for h in PREORDERS}
-    left = budget
-    cap, share = low, max(budget // 2, 1)
-    while left > 0:
-        found, used = _probe(problem, ranks, cap, min(share, left))
-        left -= used
-        if found is not None:
-            offsets, name = found
-            height = height_of(problem, offsets)
-        else:
-            low = cap + g  # proved too small, or too hard within the budget: move on
-        if low >= height:
-            break
-        cap = low + (height - low) // (2 * g) * g
-        share = max(left // 3, 1)
-    return offsets, name
-
-
-def _probe(
-    problem: Problem, ranks: dict[str, np.ndarray], capacity: int, budget: int
-) -> tuple[tuple[np.ndarray, str] | None, int]:
-    """Look for a plan within ``capacity``: each preorder in turn, with doubling node limits.
-
-    Returns the plan found (with its name) or None, and the placements used. A proof that the
-    capacity is infeasible ends the probe at once. As in MiniMalloc, small limits first let
-    whichever preorder suits the instance finish early.
-    """
-    used = 0
-    limit = 2 * max(problem.n, 1)
-    while used < budget:
-        for heuristic, rank in ranks.items():
-            step = min(limit, budget - used)
-            if step <= 0:
-                break
-            result = fits_within(problem, rank, capacity, step)
-            used += result.nodes
-            if result.outcome is Outcome.FOUND:
-                return (result.offsets, f"search/{heuristic}"), used
-            if result.outcome is Outcome.INFEASIBLE:
-                return None, used
-        limit *= 2
-    return None, used
-
-
-def _placement(problem: Problem, offsets: np.ndarray, method: str) -> Placement:
+def _placement(
+    problem: Problem, offsets: np.ndarray, method: str, found: ExactResult | None = None
+) -> Placement:
+    """The placement of ``offsets``; proven optimal when at the (granule-rounded) bound or
+    when the exact search says so."""
     mapping = {r.id: int(o) for r, o in zip(problem.records, offsets.tolist(), strict=True)}
-    return Placement(mapping, height_of(problem, offsets), problem.lower_bound, method)
+    height = height_of(problem, offsets)
+    if found is not None:
+        return Placement(
+            mapping, height, found.lower_bound, method, found.proven, found.time_to_best
+        )
+    bound, g = problem.lower_bound, problem.granule
+    return Placement(mapping, height, bound, method, height <= -(-bound // g) * g)
 
 
-def _check_budget(budget: float | None) -> int:
+def _check_time_limit(seconds: float | None) -> float | None:
+    if seconds is None:
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, Real) or not 0 <= seconds < 1e9:
+        raise InputError(
+            f"time limit must be a non-negative number of seconds, not {seconds!r}",
+            hint="give a number of seconds, e.g. 10 (0: keep the heuristics' plan)",
+        )
+    return float(seconds)
+
+
+def _check_budget(budget: float | None, *, exact: bool = False) -> int:
     if budget is None:
-        return DEFAULT_BUDGET
+        return MAX_SEARCH_WORK if exact else DEFAULT_BUDGET
     if isinstance(budget, bool) or not isinstance(budget, Real) or not budget >= 0:
         raise InputError(
             f"budget must be a non-negative number of search placements, not {budget!r}",

@@ -1,6 +1,6 @@
 """Branch and bound over canonical placements: does every record fit under a given capacity?
 
-This is the decision procedure behind ``plan(method="best")``, after Moffitt's MiniMalloc
+This is the decision procedure behind ``plan(method="exact"|"best")``, after Moffitt's MiniMalloc
 (ASPLOS 2023). It searches *canonical* placements — records placed in non-decreasing offset
 order, each directly on top of the placed records it conflicts with — which contain an optimal
 plan, and prunes with:
@@ -14,18 +14,26 @@ plan, and prunes with:
 * **dynamic decomposition**: when placing a record leaves no unplaced record spanning some
   time boundary, the two sides are independent and are solved one after the other — a failure
   on one side backjumps straight to the placement that split them, instead of retrying
-  every combination of the other side.
+  every combination of the other side;
+* **nogoods** (dominance of partial solutions): every placed record sits at or below every
+  offset still to come, so the rest of the search depends only on the unplaced records and
+  their lowest offsets. A node whose candidates are exhausted records that state (a 128-bit
+  hash) with its (offset, rank) threshold; a later node in the same state with a threshold
+  at least as high has no more completions and is cut. The caller may keep the nogoods
+  between calls for the same preorder and a capacity no larger.
 
 The search is depth-first with an explicit stack (no recursion limit to hit) and stops after
-``budget`` placements: it answers FOUND (with offsets), INFEASIBLE (proved: the capacity is
-too small) or BUDGET (gave up). Nothing depends on the wall clock, so the same input always
-gets the same answer. Each node costs ``O(k log k + S log S)`` NumPy work for ``k`` unplaced
-records and ``S`` sections of its partition.
+``budget`` placements, or when ``deadline()`` says so (checked every 256 placements): it
+answers FOUND (with offsets), INFEASIBLE (proved: the capacity is too small) or BUDGET (gave
+up). Without a deadline nothing depends on the wall clock, so the same input always gets the
+same answer. Each node costs ``O(k log k + S log S)`` NumPy work for ``k`` unplaced
+records and ``S`` sections of its partition (``O(k·S)`` by the cover matrix when that is small).
 """
 
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,6 +41,18 @@ import numpy as np
 from rtgraph.compiler.memplan.problem import Problem
 
 _INF = np.iinfo(np.int64).max
+
+#: Records × sections up to which the search keeps a boolean matrix of which record lives in
+#: which section (8 MB at most).
+MAX_COVER_CELLS = 8_000_000
+
+#: Records × sections up to which a node checks every section of its partition, not only
+#: those whose lowest offsets the last placement changed.
+FULL_CHECK_CELLS = 200_000
+
+#: Nogoods (failed node states) remembered per preorder and capacity: a dict entry of about
+#: 120 bytes, so at most ~24 MB for each of the four preorders.
+MAX_NOGOODS = 200_000
 
 
 class Outcome(enum.Enum):
@@ -48,14 +68,22 @@ class SearchResult:
     nodes: int
 
 
-def fits_within(problem: Problem, ranks: np.ndarray, capacity: int, budget: int) -> SearchResult:
+def fits_within(
+    problem: Problem,
+    ranks: np.ndarray,
+    capacity: int,
+    budget: int,
+    *,
+    deadline: Callable[[], bool] | None = None,
+    nogoods: dict[int, int] | None = None,
+) -> SearchResult:
     """Search for a placement of ``problem`` with height ``<= capacity``.
 
     ``ranks`` is the preorder used to break ties between records with the same lowest offset
     (see :func:`~rtgraph.compiler.memplan.greedy.preorder_ranks`); ``budget`` caps the number of
     placements tried. Returns the outcome, the offsets if found, and the placements used.
     """
-    return _Search(problem, ranks, capacity, budget).run()
+    return _Search(problem, ranks, capacity, budget, deadline, nogoods).run()
 
 
 @dataclass(eq=False)
@@ -78,6 +106,8 @@ class _Frame:
     root: bool
     cand: list[int]
     cand_offset: list[int]
+    key: int = 0  # the node's state, hashed (see _Search._state_key)
+    last: int = 0  # the (offset, rank) every placement here must exceed, as one integer
     pos: int = 0
     undo: tuple | None = field(default=None)
 
@@ -85,9 +115,30 @@ class _Frame:
 _LEAF = object()
 
 
+def _mix(x: np.ndarray) -> np.ndarray:
+    """SplitMix64's finaliser on uint64 arrays (wrapping arithmetic)."""
+    x = x ^ (x >> np.uint64(30))
+    x = x * np.uint64(0xBF58476D1CE4E5B9)
+    x = x ^ (x >> np.uint64(27))
+    x = x * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
 class _Search:
-    def __init__(self, problem: Problem, ranks: np.ndarray, capacity: int, budget: int) -> None:
+    def __init__(
+        self,
+        problem: Problem,
+        ranks: np.ndarray,
+        capacity: int,
+        budget: int,
+        deadline: Callable[[], bool] | None,
+        nogoods: dict[int, int] | None,
+    ) -> None:
         p = problem
+        self.deadline = deadline
+        self.nogoods: dict[int, int] = {} if nogoods is None else nogoods
+        ids = np.arange(p.n, dtype=np.uint64)
+        self.salt = (_mix(ids + np.uint64(0x51ED)), _mix(ids + np.uint64(0xC0FFEE)))
         self.p = p
         self.cap = int(capacity)
         self.budget = int(budget)
@@ -113,6 +164,13 @@ class _Search:
         bound = (int(p.size.sum()) + 1) * self.key_scale
         self.packed_keys = bound < 2**62
         self.stack: list[_Frame] = []
+        # Which sections each record lives in, as a matrix, when it is small: the per-section
+        # minima below are then one masked reduction instead of a sparse-table pass.
+        self.cover = None
+        if p.n * n_sec <= MAX_COVER_CELLS:
+            sec = np.arange(n_sec)
+            self.cover = (sec >= self.slo[:, None]) & (sec < self.shi[:, None])
+            self.cover &= p.active[:, None]
 
     # --- driver -----------------------------------------------------------------------------
 
@@ -131,10 +189,13 @@ class _Search:
                 f.undo = None
             if f.pos == len(f.cand):
                 stack.pop()
+                self._fail(f)
                 if f.root:
                     state = self._backjump(f.ctx)
                 continue
-            if self.nodes >= self.budget:
+            if self.nodes >= self.budget or (
+                self.deadline is not None and not self.nodes & 255 and self.deadline()
+            ):
                 state = Outcome.BUDGET
                 break
             self.nodes += 1
@@ -264,29 +325,38 @@ class _Search:
             return _LEAF
         low = self.low[u]
         total = self.total[lo:hi]
+        rank = self.rank[u]
+        if self.packed_keys:
+            key = low * self.key_scale + rank
+            ahead = key > last_low * self.key_scale + last_rank
+        else:
+            ahead = (low > last_low) | ((low == last_low) & (rank > last_rank))
+        # Lowest offsets only rise: a record that cannot fit above its own cannot fit at all.
+        # (A record behind the last placement in canonical order is not counted any higher:
+        # a later split of the partition restarts the order and may place it where it is.)
+        if int((low + self.size[u]).max()) > self.cap:
+            return None
         # Section inference: in each section, the lowest offset an unplaced record there can
         # take (and never below the last placement) plus the sizes still to place must fit.
         # Elsewhere the parent's check still holds: its floors did not move, and the one-step
-        # look-ahead that admitted this placement covered last_low + every section's total.
+        # look-ahead that admitted this placement covered last_low + every section's total;
+        # the whole partition is checked anyway when that is cheap.
         a, b = (lo, hi) if changed is None else (max(lo, changed[0]), min(hi, changed[1]))
+        if self.cover is not None and len(u) * (hi - lo) <= FULL_CHECK_CELLS:
+            a, b = lo, hi
         if b > a:
-            near = u[(self.slo[u] < b) & (self.shi[u] > a)]
+            inside = (self.slo[u] < b) & (self.shi[u] > a)
+            near = u[inside]
             near_total = self.total[a:b]
             if len(near):
-                lowest = self._lowest(near, self.low[near], a, b)
+                lowest = self._lowest(near, low[inside], a, b)
                 floor = np.where(near_total > 0, lowest, self.floor[a:b])
             else:
                 floor = self.floor[a:b]
             if int((np.maximum(floor, last_low) + near_total).max()) > self.cap:
                 return None
-        rank = self.rank[u]
-        if self.packed_keys:
-            key = low * self.key_scale + rank
-            order = np.argsort(key, kind="stable")
-            keep = key[order] > last_low * self.key_scale + last_rank
-        else:
-            order = np.lexsort((rank, low))
-            keep = (low[order] > last_low) | ((low[order] == last_low) & (rank[order] > last_rank))
+        order = np.argsort(key, kind="stable") if self.packed_keys else np.lexsort((rank, low))
+        keep = ahead[order]
         u, low = u[order], low[order]
         # Dominance: a record placed at or above some unplaced record's lowest top would
         # leave a gap that record fits in. Inference one step ahead: after placing a record
@@ -296,15 +366,47 @@ class _Search:
         keep &= low <= self.cap - int(total.max())
         if not keep.any():
             return None
-        return _Frame(part, lo, hi, ctx, root, u[keep].tolist(), low[keep].tolist())
+        key = self._state_key(u, low)
+        last = (last_low + 1) * self.key_scale + last_rank + 1  # Python int: exact
+        known = self.nogoods.get(key)
+        if known is not None and known <= last:
+            return None
+        frame = _Frame(part, lo, hi, ctx, root, u[keep].tolist(), low[keep].tolist())
+        frame.key, frame.last = key, last
+        return frame
+
+    def _state_key(self, u: np.ndarray, low: np.ndarray) -> int:
+        """A 128-bit hash of a node's state: its unplaced records and their lowest offsets.
+
+        Every record already placed sits at or below every offset still to come, so it
+        constrains the rest only through these lowest offsets: two nodes with the same state
+        have the same completions, whichever placements led to them. Order-free (a sum).
+        """
+        mixed = _mix(low.astype(np.uint64))
+        a = int(_mix(mixed ^ self.salt[0][u]).sum(dtype=np.uint64))
+        b = int(_mix(mixed + self.salt[1][u]).sum(dtype=np.uint64))
+        return a << 64 | b
+
+    def _fail(self, f: _Frame) -> None:
+        """Remember that ``f``'s state has no completion after ``f.last`` (a nogood)."""
+        known = self.nogoods.get(f.key)
+        if known is None:
+            if len(self.nogoods) >= MAX_NOGOODS:
+                return
+            self.nogoods[f.key] = f.last
+        elif f.last < known:
+            self.nogoods[f.key] = f.last
 
     def _lowest(self, u: np.ndarray, low: np.ndarray, lo: int, hi: int) -> np.ndarray:
         """Per section of ``[lo, hi)``, the least ``low`` of the records ``u`` living there.
 
-        Sections no record covers get the int64 maximum. Each record's span is covered by two
-        power-of-two blocks (as in a sparse table); minima are scattered onto the blocks and
+        Sections no record covers get the int64 maximum. With the cover matrix, one masked
+        minimum over ``k × S`` cells; without, each record's span is covered by two
+        power-of-two blocks (as in a sparse table), minima are scattered onto the blocks and
         pushed down level by level: ``O(k + S log S)`` for ``k`` records and ``S`` sections.
         """
+        if self.cover is not None:
+            return np.where(self.cover[u, lo:hi], low[:, None], _INF).min(axis=0)
         n = hi - lo
         first = np.maximum(self.slo[u], lo) - lo  # spans clipped to [lo, hi)
         end = np.minimum(self.shi[u], hi) - lo

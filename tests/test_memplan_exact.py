@@ -1,0 +1,116 @@
+"""The exact planner: `proven` answers, the lower bounds it proves, its limits and its CLI."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_memplan import (
+    GAP_INSTANCE,
+    brute_force_optimum,
+    max_live,
+    overlapping_pairs,
+    pisarchyk_lee_records,
+    records_strategy,
+)
+
+from rtgraph.cli import main
+from rtgraph.compiler.memplan import Record, check_placement, greedy_by_size, plan
+from rtgraph.errors import InputError
+
+
+def tiling(n: int, seed: int, height: int = 64) -> list[Record]:
+    """``n`` records cut from the rectangle [0, 2n) × [0, height): every byte is needed, so
+    the optimum is ``height`` = max-live (the benchmark's guillotine family, small)."""
+    rng = np.random.default_rng(seed)
+    pieces = [(0, 2 * n, 0, height)]
+    while len(pieces) < n:
+        k = max(range(len(pieces)), key=lambda j: (pieces[j][1] - pieces[j][0]) * pieces[j][3])
+        t0, t1, a0, a1 = pieces.pop(k)
+        if t1 - t0 >= 2 and (a1 - a0 < 2 or rng.random() < 0.5):
+            cut = int(rng.integers(t0 + 1, t1))
+            pieces += [(t0, cut, a0, a1), (cut, t1, a0, a1)]
+        elif a1 - a0 >= 2:
+            cut = int(rng.integers(a0 + 1, a1))
+            pieces += [(t0, t1, a0, cut), (t0, t1, cut, a1)]
+        else:
+            pieces.append((t0, t1, a0, a1))
+            break
+    return [Record(f"p{k}", t0, t1, a1 - a0) for k, (t0, t1, a0, a1) in enumerate(pieces)]
+
+
+@settings(max_examples=60, deadline=None)
+@given(records=records_strategy, alignment=st.sampled_from([1, 8]))
+def test_every_exact_packing_is_valid_and_proven_means_at_the_bound(records, alignment):
+    base = greedy_by_size(records, alignment)
+    for method, budget in (("exact", 3_000), ("best", 500), ("heuristic", None)):
+        p = plan(records, alignment=alignment, method=method, budget=budget, time_limit=60)
+        assert overlapping_pairs(records, p, alignment) == []
+        assert check_placement(records, p, alignment=alignment) == []
+        assert max_live(records, alignment) <= p.lower_bound <= p.height <= base.height
+        assert p.proven == (p.height == p.lower_bound) == (p.gap == 0.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(records=records_strategy.filter(lambda rs: len(rs) <= 6))
+def test_proven_answers_and_proved_bounds_agree_with_brute_force(records):
+    optimum = brute_force_optimum(records)
+    p = plan(records, method="exact", budget=50_000, time_limit=60)
+    assert p.lower_bound <= optimum  # a proved bound never exceeds the optimum
+    assert p.height >= optimum
+    if p.proven:
+        assert p.height == optimum
+
+
+def test_the_gap_instance_is_proven_above_max_live():
+    records = [Record(f"g{k}", a, b, s) for k, (a, b, s) in enumerate(GAP_INSTANCE)]
+    p = plan(records, method="exact", time_limit=60)
+    assert max_live(records) == 5
+    assert (p.height, p.lower_bound, p.proven) == (6, 6, True)  # infeasibility at 5 proved
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_small_tilings_reach_their_optimum_proven(seed):
+    records = tiling(24, seed)
+    p = plan(records, method="exact", budget=200_000, time_limit=120)
+    assert check_placement(records, p) == []
+    assert (p.height, p.lower_bound, p.proven) == (64, 64, True)
+
+
+def test_a_zero_time_limit_keeps_the_heuristics_plan():
+    records = [Record(f"g{k}", a, b, 25 * s) for k, (a, b, s) in enumerate(GAP_INSTANCE)]
+    heuristic = plan(records, method="heuristic")
+    exact = plan(records, method="exact", time_limit=0)
+    assert exact.height == heuristic.height and exact.time_to_best == 0.0
+    assert exact.lower_bound == 125 and not exact.proven
+
+
+def test_methods_keep_their_old_names_and_best_is_deterministic():
+    records = pisarchyk_lee_records()
+    assert plan(records, method="fast") == plan(records, method="heuristic")
+    first = plan(records, method="best")
+    assert first == plan(list(records), method="best")
+    assert first.proven and first.height == 124
+
+
+@pytest.mark.parametrize("bad", [-1, float("nan"), float("inf"), "10", True])
+def test_bad_time_limits_are_input_errors(bad):
+    with pytest.raises(InputError, match="time limit"):
+        plan(pisarchyk_lee_records(), method="exact", time_limit=bad)
+
+
+def test_plan_memory_json_reports_proof_bound_gap_and_time(tmp_path, capsys):
+    path = tmp_path / "gap.csv"
+    rows = [f"g{k},{a},{b},{s}" for k, (a, b, s) in enumerate(GAP_INSTANCE)]
+    path.write_text("id,lower,upper,size\n" + "\n".join(rows) + "\n")
+    argv = ["plan-memory", str(path), "--method", "exact", "--time-limit", "30", "--json"]
+    assert main(argv) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert (out["height"], out["lower_bound"], out["proven"], out["gap"]) == (6, 6, True, 0.0)
+    assert out["time_to_best"] >= 0.0 and set(out["offsets"]) == {r.split(",")[0] for r in rows}
+    assert main(["plan-memory", str(path), "--method", "heuristic"]) == 0
+    text = capsys.readouterr().out
+    assert "lower bound" in text and ("proven optimal" in text or "not proven" in text)
