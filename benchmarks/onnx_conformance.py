@@ -13,8 +13,11 @@ interpreter in f32 as the models are, and compared with the outputs ONNX ships b
 A case passes when every output has the expected shape and max |ours − expected| ≤ 1e-3 ·
 max(1, max |expected|) (the light models' acceptance: relative 1e-3 in f32). A case the
 importer refuses is *unsupported* (the reason is printed); pass rates are over the supported
-cases. Each supported case is also compiled for ascend-910b and emulated (timing only) under
-``single`` and ``by-unit``: makespan and Cube / Vector utilization.
+cases. Each supported case is also compiled for ascend-910b under every stream policy
+(:data:`POLICIES`) and emulated with numerics: the outputs must equal the reference
+interpreter's bit for bit under each (column *policies*), and the makespan and Cube / Vector
+utilization under ``single`` and ``by-unit`` are shown. Why a case fails is printed under its
+suite's table (:data:`WHY_FAIL`).
 
 Usage: python benchmarks/onnx_conformance.py [--only light,simple,…] [--no-timing]
 """
@@ -47,6 +50,23 @@ DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
 SUITES = ("light", "simple", "pytorch-operator", "pytorch-converted")
 TOLERANCE = 1e-3
 DEVICE = "ascend-910b"
+#: The stream policies every supported case is compiled and emulated under.
+POLICIES = ("single", "by-unit", "by-unit:2", "list")
+#: Why a case fails, where it is known.
+WHY_FAIL = {
+    "light_densenet121": (
+        "matches ONNX's output in the reference interpreter (8.9e-08), but the emulated run "
+        "differs: a compiler or emulator bug, not the importer's — a concat whose first operand "
+        "is itself a concat that another op reads runs wrong at -O0 on one stream too (minimal "
+        "program in docs/onnx.md)"
+    ),
+    "light_inception_v1": (
+        "its 1,000 logits (1.2e21) are equal in exact arithmetic (constant-fill weights); the "
+        "f32 Gemm rounds them to two values an ulp apart (BLAS sums a column in an order that "
+        "depends on its position), so the softmax puts all the mass on some of them. Summed in "
+        "f64, as conv2d sums, it matches exactly; matmul keeps NumPy's f32 product (docs/onnx.md)"
+    ),
+}
 
 
 @dataclass
@@ -67,6 +87,7 @@ class Outcome:
     tasks: int = 0
     error: float = float("nan")
     timing: str = ""
+    policies: str = ""
     seconds: float = 0.0
 
 
@@ -140,16 +161,23 @@ def run_case(case: Case, timing: bool) -> Outcome:
     out.error = worst
     out.status = "pass" if worst <= TOLERANCE else "FAIL"
     if timing:
-        spans = []
-        for policy in ("single", "by-unit"):
+        spans, equal = [], 0
+        for policy in POLICIES:
             compiled = rtgraph.compile(program, device=DEVICE, streams=policy)
             out.tasks = len(compiled.tasks)
-            r = rtgraph.run(compiled, device=DEVICE, numerics=False)
-            u = r.utilization
-            spans.append(
-                f"{r.makespan_us:,.1f} µs ({100 * u['cube']:.0f}/{100 * u['vector']:.0f} %)"
+            r = rtgraph.run(compiled, device=DEVICE, inputs=inputs, params=imported.params)
+            equal += all(
+                np.array_equal(r.outputs[n], got[n], equal_nan=True) for n in imported.outputs
             )
+            if policy in ("single", "by-unit"):
+                u = r.utilization
+                spans.append(
+                    f"{r.makespan_us:,.1f} µs ({100 * u['cube']:.0f}/{100 * u['vector']:.0f} %)"
+                )
         out.timing = " · ".join(spans)
+        out.policies = f"{equal}/{len(POLICIES)} equal"
+        if equal != len(POLICIES):
+            out.status, out.detail = "FAIL", "the emulated run differs from the reference"
     out.seconds = time.process_time() - start
     return out
 
@@ -171,17 +199,22 @@ def main() -> int:
         print()
         print(
             "| case | status | max rel error | tasks | single · by-unit on ascend-910b "
-            "(Cube/Vector %) | CPU s | ops / why |"
+            "(Cube/Vector %) | policies | CPU s | ops / why |"
         )
-        print("|---|---|---:|---:|---|---:|---|")
+        print("|---|---|---:|---:|---|---|---:|---|")
         for o in outcomes:
             error = f"{o.error:.1e}" if o.status != "unsupported" else ""
             why = o.detail or o.ops
             print(
                 f"| {o.case.name} | {o.status} | {error} | {o.tasks or ''} | {o.timing} "
-                f"| {o.seconds:.1f} | {why[:120]} |"
+                f"| {o.policies} | {o.seconds:.1f} | {why[:120]} |"
             )
         print()
+        for o in outcomes:
+            if o.status == "FAIL":
+                print(f"* {o.case.name} fails: {WHY_FAIL.get(o.case.name, 'not explained yet')}.")
+        if any(o.status == "FAIL" for o in outcomes):
+            print()
     print("| suite | cases | supported | pass | pass rate (of supported) |")
     print("|---|---:|---:|---:|---:|")
     for suite, n, supported, passed in totals:

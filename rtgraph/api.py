@@ -25,6 +25,7 @@ from rtgraph.compiler.scheduling.policies import StreamPolicy
 from rtgraph.device import check_compatibility, load_device, load_named_device
 from rtgraph.device.spec import DeviceSpec
 from rtgraph.errors import UsageError
+from rtgraph.frontend.onnx_import import load_onnx
 from rtgraph.ir.graph import Program
 from rtgraph.ir.reference import Reference
 from rtgraph.ir.reference import reference as _reference
@@ -64,9 +65,17 @@ def load(
 
     Tensors must fit in the memory of ``device`` (a name, a path or a spec), else of the
     device the program names, else of the default device; the file is parsed and checked once.
+
+    An ``.onnx`` file is imported first (docs/onnx.md; ``params`` bind the model's named
+    dimensions): the result is an :class:`~rtgraph.frontend.onnx_import.OnnxProgram`, whose
+    ``weights`` are the model's param values (``rtgraph.run(compiled, params=p.weights)``).
     """
     merged = {**(params or {}), **kwparams}
-    return frontend.load(os.fspath(path), merged or None, capacity_for=_capacity_for(device))
+    capacity_for = _capacity_for(device)
+    if os.fspath(path).lower().endswith(".onnx"):
+        named = device_for(device, None).name  # the device line of the imported program
+        return load_onnx(path, merged, device=named, capacity_for=capacity_for)
+    return frontend.load(os.fspath(path), merged or None, capacity_for=capacity_for)
 
 
 def parse(

@@ -157,7 +157,8 @@ def test_the_ir_computes_what_the_source_says() -> None:
     rng = np.random.default_rng(0)
     x, w, b = (rng.standard_normal(s).astype(np.float32) for s in ((8, 8), (8, 8), (8,)))
     out = rtgraph.evaluate(p, inputs={"x": x}, params={"w": w, "b": b})
-    expected = ((np.maximum(x @ w + b, 0) * np.float32(0.5)) - np.float32(1.0)).T
+    product = (x.astype(np.float64) @ w.astype(np.float64)).astype(np.float32)  # f32: f64 sums
+    expected = ((np.maximum(product + b, 0) * np.float32(0.5)) - np.float32(1.0)).T
     np.testing.assert_allclose(out["y"], expected, rtol=1e-6)
 
 

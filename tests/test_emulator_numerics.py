@@ -38,13 +38,19 @@ def matmul_relu(streams: int = 1, barrier: bool = True):
     return b.build()
 
 
+def f32_matmul(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """An f32 product as the Cube kernel computes it: summed in f64, rounded once to f32."""
+    return np.matmul(x.astype(np.float64), w.astype(np.float64)).astype(np.float32)
+
+
 @pytest.mark.parametrize("streams", [1, 2])
 def test_matmul_relu_equals_numpy_exactly(streams):
     rng = np.random.default_rng(7)
     x = rng.standard_normal((4, 8), dtype=np.float32)
     w = rng.standard_normal((8, 16), dtype=np.float32)
     r = run(matmul_relu(streams), toy(), inputs={"x": x}, params={"w": w})
-    np.testing.assert_array_equal(r.outputs["y"], np.maximum(np.matmul(x, w), 0))
+    # an f32 matmul sums in f64 and rounds once (rtgraph.ops.cube.sum_type)
+    np.testing.assert_array_equal(r.outputs["y"], np.maximum(f32_matmul(x, w), 0))
     assert r.outputs["y"].dtype == np.float32
     assert r.races == []
 
@@ -53,7 +59,7 @@ def test_inputs_and_params_not_supplied_are_generated_like_the_interpreter():
     r = run(matmul_relu(), toy(), seed=3)
     x = generate("x", (4, 8), "f32", 3, param=False)
     w = generate("w", (8, 16), "f32", 3, param=True)
-    np.testing.assert_array_equal(r.outputs["y"], np.maximum(np.matmul(x, w), 0))
+    np.testing.assert_array_equal(r.outputs["y"], np.maximum(f32_matmul(x, w), 0))
 
 
 def test_missing_barrier_under_reordering_races_and_corrupts():

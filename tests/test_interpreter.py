@@ -23,7 +23,8 @@ NUMPY = {
     "sub": np.subtract,
     "mul": np.multiply,
     "maximum": np.maximum,
-    "matmul": np.matmul,
+    # f32 products are summed in f64 and rounded once (the Cube kernel's rule for f32)
+    "matmul": lambda a, b: np.matmul(a.astype(np.float64), b.astype(np.float64)).astype(a.dtype),
     "copy": np.copy,
 }
 

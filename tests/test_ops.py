@@ -17,9 +17,9 @@ from rtgraph.ops import FAMILIES, OpError, all_ops, language_ops, lookup, run_ke
 
 SPEC_OPS = {
     "cube": "matmul conv2d",
-    "vector": "add sub mul div neg exp log sqrt rsqrt tanh sigmoid relu gelu silu maximum minimum "
-    "scale where cast softmax layernorm rmsnorm groupnorm batchnorm reduce_sum reduce_mean "
-    "reduce_max concat slice pool2d",
+    "vector": "add sub mul div neg exp log sqrt rsqrt tanh sigmoid relu gelu silu erf maximum "
+    "minimum pow scale where cast softmax layernorm rmsnorm groupnorm batchnorm lrn reduce_sum "
+    "reduce_mean reduce_max concat slice pool2d",
     "layout": "reshape transpose broadcast_to",
     "dma": "copy",
     "synthetic": "kernel",
@@ -241,7 +241,7 @@ def test_conv2d_shape_rule_and_cost():
         ((1, 4, 8, 8), (4, 4, 3, 3), {"groups": 2}, "has 4 input channels per group", 1),
         ((1, 4, 2, 8), (4, 4, 3, 3), {}, "kernel height 3 exceeds the padded input height 2", 1),
         ((1, 4, 8, 8), (4, 4, 3, 3), {"stride": 0}, "stride must be at least 1", "stride"),
-        ((1, 4, 8, 8), (4, 4, 3, 3), {"padding": [1, 2, 3]}, "list of 2 ints", "padding"),
+        ((1, 4, 8, 8), (4, 4, 3, 3), {"padding": [1, 2, 3]}, "or 4 ([top, left", "padding"),
         ((4, 8, 8), (4, 4, 3, 3), {}, "input (NCHW) must have rank 4", 0),
         ((1, 4, 8, 8), (4, 4, 3), {}, "weight (OIHW) must have rank 4", 1),
     ],

@@ -120,6 +120,7 @@ UNARY = {
         )
     ),
     "silu": lambda x: x * (F32_1 / (F32_1 + np.exp(-x))),
+    "erf": lambda x: np.array([math.erf(v) for v in x.astype(np.float64).ravel()]).reshape(x.shape),
 }
 INTEGER_UNARY = ("neg", "relu")
 
@@ -215,22 +216,26 @@ def matmul_shapes(draw):
 def test_matmul(shapes2, dtype, seed):
     rng = np.random.default_rng(seed)
     a, b = (make(rng, s, dtype) for s in shapes2)
-    same(run("matmul", [a, b], [dtype, dtype]), rounded(np.matmul(up(a), up(b)), dtype))
+    # f16/bf16 sum in f32 (the Cube's rule), f32 in f64; either rounded once
+    summed = (lambda x: x.astype(np.float64)) if dtype == "f32" else up
+    same(run("matmul", [a, b], [dtype, dtype]), rounded(np.matmul(summed(a), summed(b)), dtype))
 
 
-def direct_conv2d(x, w, stride, padding, groups):
-    """Convolution summed over kernel taps (einsum per tap, f64): a second definition."""
-    (sh, sw), (ph, pw) = stride, padding
-    x = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+def direct_conv2d(x, w, stride, padding, groups, dilation=(1, 1)):
+    """Convolution summed over kernel taps (einsum per tap, f64): a second definition.
+    ``padding`` is [h, w] or [top, left, bottom, right]."""
+    (sh, sw), (dh, dw) = stride, dilation
+    t, left, b, r = padding if len(padding) == 4 else (*padding, *padding)
+    x = np.pad(x.astype(np.float64), ((0, 0), (0, 0), (t, b), (left, r)))
     n, _, h, wd = x.shape
     o, cg, kh, kw = w.shape
-    oh, ow = (h - kh) // sh + 1, (wd - kw) // sw + 1
+    oh, ow = (h - dh * (kh - 1) - 1) // sh + 1, (wd - dw * (kw - 1) - 1) // sw + 1
     xg = x.reshape(n, groups, cg, h, wd)
     wg = w.astype(np.float64).reshape(groups, o // groups, cg, kh, kw)
     out = np.zeros((n, groups, o // groups, oh, ow))
     for i in range(kh):
         for j in range(kw):
-            patch = xg[:, :, :, i : i + sh * oh : sh, j : j + sw * ow : sw]
+            patch = xg[:, :, :, i * dh : i * dh + sh * oh : sh, j * dw : j * dw + sw * ow : sw]
             out += np.einsum("ngchw,goc->ngohw", patch, wg[:, :, :, i, j])
     return out.reshape(n, o, oh, ow)
 
@@ -242,20 +247,31 @@ def direct_conv2d(x, w, stride, padding, groups):
     st.integers(1, 3),
     st.tuples(st.integers(1, 3), st.integers(1, 3)),
     st.tuples(st.integers(1, 2), st.integers(1, 2)),
-    st.tuples(st.integers(0, 2), st.integers(0, 2)),
+    st.one_of(
+        st.tuples(st.integers(0, 2), st.integers(0, 2)),
+        st.tuples(*[st.integers(0, 2)] * 4),
+    ),
     st.tuples(st.integers(0, 3), st.integers(0, 3)),
+    st.tuples(st.integers(1, 3), st.integers(1, 3)),
     seeds,
 )
-def test_conv2d(n, groups, cg, og, kernel, stride, padding, extra, seed):
+def test_conv2d(n, groups, cg, og, kernel, stride, padding, extra, dilation, seed):
     rng = np.random.default_rng(seed)
-    h, w = kernel[0] + extra[0], kernel[1] + extra[1]
+    span = [d * (k - 1) + 1 for d, k in zip(dilation, kernel, strict=True)]
+    h, w = span[0] + extra[0], span[1] + extra[1]
     x = rng.integers(-8, 8, (n, groups * cg, h, w)).astype(np.float32)
     wt = rng.integers(-8, 8, (groups * og, cg, *kernel)).astype(np.float32)
     got = run(
-        "conv2d", [x, wt], ["f32", "f32"], stride=list(stride), padding=list(padding), groups=groups
+        "conv2d",
+        [x, wt],
+        ["f32", "f32"],
+        stride=list(stride),
+        padding=list(padding),
+        groups=groups,
+        dilation=list(dilation),
     )
-    # small integers: every partial sum is exact in f32, so the result is exact
-    same(got, direct_conv2d(x, wt, stride, padding, groups).astype(np.float32))
+    # small integers: every partial sum is exact, so the result is exact
+    same(got, direct_conv2d(x, wt, stride, padding, groups, dilation).astype(np.float32))
 
 
 # --- reductions and normalisations ---------------------------------------------------------
@@ -388,33 +404,49 @@ def test_slice(shape, start, stop, dtype, seed):
     st.sampled_from(("max", "avg")),
     st.tuples(st.integers(1, 3), st.integers(1, 3)),
     st.one_of(st.none(), st.tuples(st.integers(1, 3), st.integers(1, 3))),
-    st.tuples(st.integers(0, 2), st.integers(0, 2)),
+    st.tuples(*[st.integers(0, 2)] * 4),
     st.tuples(st.integers(0, 3), st.integers(0, 3)),
+    st.tuples(st.integers(1, 2), st.integers(1, 2)),
+    st.booleans(),
     ANY_DTYPE,
     seeds,
 )
-def test_pool2d(kind, kernel, stride, padding, extra, dtype, seed):
-    padding = (min(padding[0], kernel[0] - 1), min(padding[1], kernel[1] - 1))
+def test_pool2d(kind, kernel, stride, pads, extra, dilation, include_pad, dtype, seed):
+    (kh, kw), (dh, dw) = kernel, dilation
+    top, left, bottom, right = (min(p, k - 1) for p, k in zip(pads, (kh, kw, kh, kw), strict=True))
     rng = np.random.default_rng(seed)
-    shape = (2, 3, kernel[0] + extra[0], kernel[1] + extra[1])
+    shape = (2, 3, dh * (kh - 1) + 1 + extra[0], dw * (kw - 1) + 1 + extra[1])
     x = make(rng, shape, dtype)
     if kind == "avg" and dtype in FLOATS:  # small integers: window sums are exact in f32
         x = to_value(rng.integers(-64, 64, shape).astype(np.float32), dtype)
-    (kh, kw), (sh, sw) = kernel, stride or kernel
+    sh, sw = stride or kernel
     x64 = up(x)
     fill = (-np.inf if dtype in FLOATS else np.iinfo(np.int64).min) if kind == "max" else 0
-    xp = np.pad(x64, ((0, 0), (0, 0), (padding[0],) * 2, (padding[1],) * 2), constant_values=fill)
-    oh, ow = (xp.shape[2] - kh) // sh + 1, (xp.shape[3] - kw) // sw + 1
-    taps = np.stack(
-        [xp[:, :, i : i + sh * oh : sh, j : j + sw * ow : sw] for i in range(kh) for j in range(kw)]
+    widths = ((0, 0), (0, 0), (top, bottom), (left, right))
+    xp = np.pad(x64, widths, constant_values=fill)
+    inside = np.pad(np.ones(shape[2:], np.int64), widths[2:])
+    oh, ow = (
+        (xp.shape[2] - dh * (kh - 1) - 1) // sh + 1,
+        (xp.shape[3] - dw * (kw - 1) - 1) // sw + 1,
     )
+
+    def taps(a):
+        return np.stack(
+            [
+                a[..., i * dh : i * dh + sh * oh : sh, j * dw : j * dw + sw * ow : sw]
+                for i in range(kh)
+                for j in range(kw)
+            ]
+        )
+
+    count = kh * kw if include_pad else taps(inside).sum(axis=0)
     if kind == "max":
-        want = taps.max(axis=0)
-    elif dtype in FLOATS:  # padding counts as zeros; one rounding of sum / count to f32
-        want = taps.astype(np.float64).mean(axis=0).astype(np.float32)
+        want = taps(xp).max(axis=0)
+    elif dtype in FLOATS:  # one rounding of sum / count to f32
+        want = (taps(xp).astype(np.float64).sum(axis=0) / count).astype(np.float32)
     else:
-        s = taps.sum(axis=0)
-        want = np.sign(s) * (np.abs(s) // (kh * kw))
+        s = taps(xp).sum(axis=0)
+        want = np.sign(s) * (np.abs(s) // count)
     got = run(
         "pool2d",
         [x],
@@ -422,9 +454,43 @@ def test_pool2d(kind, kernel, stride, padding, extra, dtype, seed):
         kind=kind,
         kernel=list(kernel),
         stride=None if stride is None else list(stride),
-        padding=list(padding),
+        padding=[top, left, bottom, right],
+        dilation=list(dilation),
+        count_include_pad=include_pad,
     )
     same(got, rounded(want, dtype))
+
+
+@given(
+    st.integers(1, 3),
+    st.integers(1, 6),
+    st.integers(1, 6),
+    st.floats(1e-4, 1.0),
+    st.floats(0.5, 1.0),
+    st.floats(0.5, 3.0),
+    MOSTLY_F32,
+    seeds,
+)
+def test_lrn(n, channels, size, alpha, beta, bias, dtype, seed):
+    x = make(np.random.default_rng(seed), (n, channels, 2, 3), dtype)
+    got = run("lrn", [x], [dtype], size=size, alpha=alpha, beta=beta, bias=bias)
+    # ONNX's definition in f64: channels c - floor((size-1)/2) .. c + ceil((size-1)/2)
+    x64, sq = x.astype(np.float64), np.zeros(x.shape)
+    for c in range(channels):
+        lo, hi = max(0, c - (size - 1) // 2), min(channels, c + size // 2 + 1)
+        sq[:, c] = (x64[:, lo:hi] ** 2).sum(axis=1)
+    want = x64 / (bias + alpha / size * sq) ** beta
+    ulps = {"f32": 1e-5, "f16": 2e-3, "bf16": 2e-2}[dtype]
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=ulps, atol=ulps)
+
+
+@given(shapes, MOSTLY_F32, seeds)
+def test_pow(shape, dtype, seed):
+    rng = np.random.default_rng(seed)
+    a, b = make(rng, shape, dtype, specials=True), make(rng, shape, dtype)
+    with np.errstate(all="ignore"):
+        want = rounded(np.power(up(a), up(b)), dtype)
+    same(run("pow", [a, b], [dtype, dtype]), want)
 
 
 @given(st.lists(dim, min_size=0, max_size=4), ANY_DTYPE, st.data())

@@ -4,6 +4,7 @@ names, the element types rtgraph holds, and the model's nodes as the text errors
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,6 +36,17 @@ class Imported:
     params: dict[str, np.ndarray]
     inputs: dict[str, str] = field(default_factory=dict)  # rtg name → ONNX name
     outputs: dict[str, str] = field(default_factory=dict)
+
+
+def ints(values: Sequence[int]) -> str:
+    """A list of ints as ``.rtg`` writes it: ``[1, 2]``."""
+    return f"[{', '.join(str(int(v)) for v in values)}]"
+
+
+def num(x: float) -> str:
+    """A float as ``.rtg`` writes it (always with a point or an exponent)."""
+    text = repr(float(x))
+    return text if "e" in text or "." in text else f"{text}.0"
 
 
 _NAME = re.compile(r"[^A-Za-z0-9_]")

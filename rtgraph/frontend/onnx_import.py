@@ -22,6 +22,9 @@ asymmetric padding …), a malformed file or a dimension that cannot be bound is
 node's position in the graph (1 for its first node), shown as a one-line rendering of the node
 (``%y = Conv(%x, %w) <strides = [2, 2]>``) with the caret under the op.
 
+:func:`load_onnx` imports a model and parses its program at once, as ``rtgraph.load`` does
+for a ``.onnx`` path: an :class:`OnnxProgram` is the checked program with the model's weights.
+
 ``onnx`` is an optional dependency (``pip install 'rtgraph[onnx]'``), imported by this module
 only when a model is imported.
 """
@@ -30,11 +33,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
+import numpy as np
+
+from rtgraph import frontend
 from rtgraph.errors import InputError
 from rtgraph.frontend.onnx_graph import Imported, NodeText, rtg_name
-from rtgraph.frontend.onnx_ops import Translation
+from rtgraph.frontend.onnx_layers import LAYERS
+from rtgraph.frontend.onnx_ops import TRANSLATORS, Translation
+from rtgraph.frontend.onnx_tensors import TENSORS
+from rtgraph.ir.graph import Program
+
+#: Every op's translator: the basic ops, CNN layers, transformer ops.
+ALL_TRANSLATORS = {**TRANSLATORS, **LAYERS, **TENSORS}
 
 #: The largest model file read (protobuf's own limit for one message is 2 GiB).
 MAX_ONNX_BYTES = 2**31 - 1
@@ -42,6 +55,37 @@ MAX_ONNX_BYTES = 2**31 - 1
 MAX_DIM = 2**31 - 1
 #: The most nodes a model may have; each becomes at most one statement.
 MAX_ONNX_NODES = 200_000
+
+
+@dataclass
+class OnnxProgram(Program):
+    """A checked program imported from an ONNX model, with what the model holds beside its
+    graph: the values of its params (``weights``, by param name — pass them as a run's
+    ``params``) and which ONNX names its inputs and outputs stand for."""
+
+    weights: dict[str, np.ndarray] = field(default_factory=dict)
+    onnx_inputs: dict[str, str] = field(default_factory=dict)  # rtg name → ONNX name
+    onnx_outputs: dict[str, str] = field(default_factory=dict)
+
+
+def load_onnx(
+    path: str | os.PathLike[str],
+    dims: Mapping[str, int] | None = None,
+    *,
+    device: str = "ascend-910b",
+    capacity_for: frontend.CapacityFor | None = None,
+) -> OnnxProgram:
+    """The model at ``path`` imported (:func:`import_onnx`) and its program parsed and checked
+    (``capacity_for`` as for :func:`rtgraph.frontend.parse`), its weights beside it."""
+    imported = import_onnx(path, device=device, dims=dims)
+    stem = os.path.basename(os.fspath(path)).rsplit(".", 1)[0]
+    program = frontend.parse(imported.text, f"{stem}.rtg", capacity_for=capacity_for)
+    return OnnxProgram(
+        **{f.name: getattr(program, f.name) for f in fields(Program)},
+        weights=imported.params,
+        onnx_inputs=imported.inputs,
+        onnx_outputs=imported.outputs,
+    )
 
 
 def import_onnx(
@@ -114,6 +158,7 @@ def import_onnx(
         shapes=_value_shapes(onnx, inferred),
         dims=bound,
         onnx=onnx,
+        translators=ALL_TRANSLATORS,
     )
     translation.declare(graph)
     for k, node in enumerate(graph.node):

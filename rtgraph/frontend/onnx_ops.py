@@ -1,4 +1,6 @@
-"""How each ONNX op becomes ``.rtg``: one translator per op, and the walk that applies them.
+"""How each ONNX op becomes ``.rtg``: the walk over a graph's nodes (:class:`Translation`) and
+one translator per op — here the elementwise and shape ops; :mod:`.onnx_layers` holds the CNN
+layers', :mod:`.onnx_tensors` the transformer graphs' (:mod:`.onnx_import` joins them).
 
 A translator takes the :class:`Translation` (which knows every value so far: a tensor's
 language name, shape and dtype, or a constant's array) and the node, and returns the
@@ -14,14 +16,22 @@ they only move shapes around, as the shape subgraphs of exported models do.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from rtgraph.errors import InputError
 from rtgraph.frontend.onnx_folds import FOLDS, axes_of
-from rtgraph.frontend.onnx_graph import NUMPY_DTYPE, TENSOR_DTYPES, Imported, NodeText, rtg_name
+from rtgraph.frontend.onnx_graph import (
+    NUMPY_DTYPE,
+    TENSOR_DTYPES,
+    Imported,
+    NodeText,
+    ints,
+    num,
+    rtg_name,
+)
 
 Translator = Callable[["Translation", Any], "str | None"]
 
@@ -38,8 +48,10 @@ class Translation:
         shapes: dict[str, tuple[tuple[int | str | None, ...], int]],
         dims: dict[str, int],
         onnx: Any,
+        translators: Mapping[str, Translator],
     ) -> None:
         self.source = source
+        self.translators = translators
         self.opset = opset
         self.nodes = nodes
         self.inferred = shapes
@@ -117,7 +129,7 @@ class Translation:
             for out, value in zip(node.output, folded, strict=False):
                 self.const[out] = value
             return
-        translate = TRANSLATORS.get(op)
+        translate = self.translators.get(op)
         if translate is None:
             self.fail(
                 f"op '{op}' (opset {self.opset}) has no translation to rtgraph",
@@ -127,9 +139,14 @@ class Translation:
             if extra:
                 self.unusable[extra] = f"output {list(node.output).index(extra) + 1} of {op}"
         expr = translate(self, node)
-        out = node.output[0]
-        if expr is None:  # the output is an operand under another name
-            return
+        if expr is not None:  # None: the output is an operand under another name
+            self.define(node.output[0], expr)
+
+    def define(self, out: str, expr: str) -> None:
+        """Value ``out`` of the current node as the statement ``name = expr``, its shape and
+        dtype ONNX's inferred ones (a translator of several outputs defines the others)."""
+        node = self.current
+        self.unusable.pop(out, None)
         dims, elem = self.inferred.get(out, (None, 0))
         if dims is None or any(not isinstance(d, int) or d <= 0 for d in dims):
             self.fail(f"ONNX shape inference gives '{out}' no static shape ({dims})", None)
@@ -137,8 +154,18 @@ class Translation:
         self.name[out] = name
         self.shape[out] = tuple(int(d) for d in dims)  # type: ignore[union-attr]
         self.dtype[out] = TENSOR_DTYPES.get(elem, self.dtype.get(node.input[0], "f32"))
-        label = f"{op} '{node.name}'" if node.name else op
-        self.body.append(f"    {name} = {expr}  # {label}")
+        self.body.append(f"    {name} = {expr}  # {self._label()}")
+
+    def let(self, expr: str, hint: str) -> str:
+        """A statement ``name = expr`` for a value the current node computes on the way (one a
+        translation reads twice); its name."""
+        name = rtg_name(f"{self.current.output[0]}_{hint}", self.taken)
+        self.body.append(f"    {name} = {expr}  # {self._label()}")
+        return name
+
+    def _label(self) -> str:
+        node = self.current
+        return f"{node.op_type} '{node.name}'" if node.name else node.op_type
 
     def finish(self, name: str, device: str, graph: Any) -> Imported:
         outputs: dict[str, str] = {}
@@ -251,15 +278,6 @@ def _type(dtype: str, shape: Sequence[int]) -> str:
     return f"{dtype}[{', '.join(str(int(d)) for d in shape)}]" if len(shape) else dtype
 
 
-def _ints(values: Sequence[int]) -> str:
-    return f"[{', '.join(str(int(v)) for v in values)}]"
-
-
-def _num(x: float) -> str:
-    text = repr(float(x))
-    return text if "e" in text or "." in text else f"{text}.0"
-
-
 # --- translators ----------------------------------------------------------------------------
 
 
@@ -282,8 +300,92 @@ def _term(t: Translation, node: Any, i: int) -> str:
     if value in t.const:
         array = t.const[value]
         if array.size == 1 and array.ndim <= len(other) and array.dtype.kind == "f":
-            return _num(array.reshape(()))
+            return num(array.reshape(()))
+    if i == 1 and t.opset < 7 and t.attr(node, "broadcast", 0):
+        return _legacy_broadcast(t, node, len(other))
     return t.operand(node, i)
+
+
+def _legacy_broadcast(t: Translation, node: Any, rank: int) -> str:
+    """Operand B of a binary op before opset 7 (``broadcast = 1``): its dims line up with A's
+    from ``axis`` on (default: A's trailing ones), so it gets trailing 1s to broadcast."""
+    shape = t.shape_of(node, 1)
+    axis = int(t.attr(node, "axis", rank - len(shape)))
+    ones = rank - (axis % rank if rank else 0) - len(shape)
+    if ones <= 0:
+        return t.operand(node, 1)
+    aligned = [*shape, *[1] * ones]
+    value = node.input[1]
+    if value in t.const:
+        return t.param(value, t.const[value].reshape(aligned), "aligned")
+    return f"reshape({t.operand(node, 1)}, {ints(aligned)})"
+
+
+def _negative_part(t: Translation, node: Any, scale: str) -> str:
+    """``relu(x) + f(min(x, 0))`` for the activations that differ from ReLU below 0 only."""
+    x = t.operand(node, 0)
+    return f"relu({x}) + {scale.format(neg=f'minimum({x}, 0.0)')}"
+
+
+def _leaky_relu(t: Translation, node: Any) -> str:
+    return _negative_part(t, node, "{neg} * " + num(float(t.attr(node, "alpha", 0.01))))
+
+
+def _prelu(t: Translation, node: Any) -> str:
+    x, slope = t.shape_of(node, 0), t.shape_of(node, 1)
+    if t.opset < 7 and len(slope) == 1 and len(x) > 2 and slope[0] == x[1]:
+        value = node.input[1]  # before opset 7 a [C] slope is per channel (axis 1)
+        aligned = [slope[0], *[1] * (len(x) - 2)]
+        if value in t.const:
+            s = t.param(value, t.const[value].reshape(aligned), "aligned")
+        else:
+            s = f"reshape({t.operand(node, 1)}, {ints(aligned)})"
+    else:
+        s = t.operand(node, 1)
+    return _negative_part(t, node, "{neg} * " + s)
+
+
+def _elu(t: Translation, node: Any) -> str:
+    alpha = num(float(t.attr(node, "alpha", 1.0)))
+    return _negative_part(t, node, "(exp({neg}) - 1.0) * " + alpha)
+
+
+def _selu(t: Translation, node: Any) -> str:
+    alpha = float(t.attr(node, "alpha", 1.67326319217681884765625))
+    gamma = float(t.attr(node, "gamma", 1.05070102214813232421875))
+    elu = _negative_part(t, node, "(exp({neg}) - 1.0) * " + num(alpha))
+    return f"({elu}) * {num(gamma)}"
+
+
+def _clip(t: Translation, node: Any) -> str:
+    expr = t.operand(node, 0)
+    for i, (name, op) in enumerate((("min", "maximum"), ("max", "minimum")), 1):
+        if t.opset < 11:
+            bound = t.attr(node, name, None)
+            if bound is not None:
+                expr = f"{op}({expr}, {num(float(bound))})"
+        elif i < len(node.input) and node.input[i]:
+            value = node.input[i]
+            if value in t.const and t.const[value].size == 1:
+                expr = f"{op}({expr}, {num(float(t.const[value].reshape(())))})"
+            else:
+                expr = f"{op}({expr}, {t.operand(node, i)})"
+    return expr
+
+
+def _log_softmax(t: Translation, node: Any) -> str:
+    """``d - log(sum(exp(d)))`` with ``d = x - max(x)``, along the axis (before opset 13: over
+    the input flattened from ``axis`` on, as Softmax)."""
+    shape = t.shape_of(node, 0)
+    rank = len(shape)
+    axis = int(t.attr(node, "axis", 1 if t.opset < 13 else -1)) % rank
+    x, flat = t.operand(node, 0), t.opset < 13 and axis != rank - 1
+    if flat:
+        rows, cols = int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))
+        x, axis = t.let(f"reshape({x}, [{rows}, {cols}])", "rows"), 1
+    d = t.let(f"{x} - reduce_max({x}, axis = {axis}, keepdims = true)", "shifted")
+    expr = f"{d} - log(reduce_sum(exp({d}), axis = {axis}, keepdims = true))"
+    return f"reshape({expr}, {ints(shape)})" if flat else expr
 
 
 def _alias(t: Translation, node: Any) -> None:
@@ -291,98 +393,6 @@ def _alias(t: Translation, node: Any) -> None:
     output, if read, is refused)."""
     t.alias(node)
     return None
-
-
-def _pads(t: Translation, node: Any, rank: int) -> list[int]:
-    if t.attr(node, "auto_pad", b"NOTSET") not in (b"NOTSET", "NOTSET"):
-        t.fail(f"{node.op_type}: auto_pad is not supported", "export with explicit pads")
-    pads = list(t.attr(node, "pads", [0] * (2 * rank)))
-    begin, end = pads[:rank], pads[rank:]
-    if begin != end:
-        t.fail(
-            f"{node.op_type}: asymmetric padding {pads} is not supported",
-            "rtgraph pads both sides of an axis alike",
-        )
-    return begin
-
-
-def _conv(t: Translation, node: Any) -> str:
-    w = t.shape_of(node, 1)
-    if len(w) != 4:
-        t.fail("Conv: only 2-D convolutions (NCHW) are supported", None)
-    if any(d != 1 for d in t.attr(node, "dilations", [1, 1])):
-        t.fail("Conv: dilations other than 1 are not supported", None)
-    stride = list(t.attr(node, "strides", [1, 1]))
-    pad = _pads(t, node, 2)
-    groups = int(t.attr(node, "group", 1))
-    extra = f", groups = {groups}" if groups != 1 else ""
-    folded = _fold_batchnorm(t, node)
-    weights = t.operand(node, 1) if folded is None else folded[0]
-    expr = (
-        f"conv2d({t.operand(node, 0)}, {weights}, stride = {_ints(stride)}, "
-        f"padding = {_ints(pad)}{extra})"
-    )
-    if folded is not None:
-        expr = f"{expr} + {folded[1]}"
-    elif len(node.input) > 2 and node.input[2]:
-        bias = node.input[2]
-        if bias in t.const:
-            b = t.param(bias, t.const[bias].reshape(1, -1, 1, 1), "nchw")
-        else:
-            b = f"reshape({t.tensor(bias)}, [1, {w[0]}, 1, 1])"
-        expr = f"{expr} + {b}"
-    return expr
-
-
-def _fold_batchnorm(t: Translation, conv: Any) -> tuple[str, str] | None:
-    """When the conv's only reader is an inference BatchNormalization and every weight of both
-    is a constant, the two as one conv, as ATC converts them: weights W·s and bias
-    (b − mean)·s + beta with s = gamma / sqrt(var + eps), computed in float64 at import. The
-    names of the folded weight and bias params, or None when it does not apply."""
-    out = conv.output[0]
-    readers = t.readers.get(out, [])
-    if len(readers) != 1 or readers[0] is None or readers[0].op_type != "BatchNormalization":
-        return None
-    bn = readers[0]
-    bias = conv.input[2] if len(conv.input) > 2 else ""
-    needed = [conv.input[1], *bn.input[1:5], *([bias] if bias else [])]
-    if t.attr(bn, "training_mode", 0) or not all(v in t.const for v in needed):
-        return None
-    gamma, beta, mean, var = (t.const[v].astype(np.float64) for v in bn.input[1:5])
-    scale = gamma / np.sqrt(var + float(t.attr(bn, "epsilon", 1e-5)))
-    w = t.const[conv.input[1]].astype(np.float64) * scale[:, None, None, None]
-    b = t.const[bias].astype(np.float64) if bias else np.zeros_like(scale)
-    shift = ((b - mean) * scale + beta).reshape(1, -1, 1, 1)
-    t.folded.add(out)
-    name = bn.output[0]
-    weights = t.param(name + "_w", w.astype(np.float32))
-    return weights, t.param(name + "_b", shift.astype(np.float32))
-
-
-def _gemm(t: Translation, node: Any) -> str:
-    alpha = float(t.attr(node, "alpha", 1.0))
-    beta = float(t.attr(node, "beta", 1.0))
-    ops = []
-    for i, flag in ((0, "transA"), (1, "transB")):
-        transposed = bool(t.attr(node, flag, 0))
-        value = node.input[i]
-        if value in t.const and transposed:
-            ops.append(t.param(value, t.const[value].T, "t"))
-        elif transposed:
-            ops.append(f"transpose({t.operand(node, i)}, [1, 0])")
-        else:
-            ops.append(t.operand(node, i))
-    expr = f"{ops[0]} @ {ops[1]}"
-    if alpha != 1.0:
-        expr = f"({expr}) * {_num(alpha)}"
-    if len(node.input) > 2 and node.input[2] and beta != 0.0:
-        c = node.input[2]
-        if c in t.const:
-            term = t.param(c, t.const[c] * beta, "" if beta == 1.0 else "scaled")
-        else:
-            term = t.tensor(c) if beta == 1.0 else f"{t.tensor(c)} * {_num(beta)}"
-        expr = f"{expr} + {term}"
-    return expr
 
 
 def _matmul(t: Translation, node: Any) -> str:
@@ -403,7 +413,7 @@ def _softmax(t: Translation, node: Any) -> str:
         return f"softmax({x}, axis = {axis - rank})"
     # before opset 13: softmax over the input flattened to [prod(:axis), prod(axis:)]
     rows, cols = int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))
-    return f"reshape(softmax(reshape({x}, [{rows}, {cols}]), axis = -1), {_ints(shape)})"
+    return f"reshape(softmax(reshape({x}, [{rows}, {cols}]), axis = -1), {ints(shape)})"
 
 
 def _reshape(t: Translation, node: Any) -> str:
@@ -415,7 +425,7 @@ def _reshape(t: Translation, node: Any) -> str:
     out = [
         shape[k] if v == 0 and not t.attr(node, "allowzero", 0) else v for k, v in enumerate(target)
     ]
-    return f"reshape({t.operand(node, 0)}, {_ints(out)})"
+    return f"reshape({t.operand(node, 0)}, {ints(out)})"
 
 
 def _flatten(t: Translation, node: Any) -> str:
@@ -444,13 +454,13 @@ def _squeeze_shape(t: Translation, node: Any) -> list[int]:
 
 
 def _squeeze(t: Translation, node: Any) -> str:
-    return f"reshape({t.operand(node, 0)}, {_ints(_squeeze_shape(t, node))})"
+    return f"reshape({t.operand(node, 0)}, {ints(_squeeze_shape(t, node))})"
 
 
 def _transpose(t: Translation, node: Any) -> str:
     rank = len(t.shape_of(node, 0))
     perm = list(t.attr(node, "perm", list(reversed(range(rank)))))
-    return f"transpose({t.operand(node, 0)}, {_ints(perm)})"
+    return f"transpose({t.operand(node, 0)}, {ints(perm)})"
 
 
 def _concat(t: Translation, node: Any) -> str:
@@ -461,52 +471,7 @@ def _concat(t: Translation, node: Any) -> str:
     return f"concat({parts}, axis = {axis})"
 
 
-def _batchnorm(t: Translation, node: Any) -> str | None:
-    if node.input[0] in t.folded:  # folded into the conv before it
-        t.alias(node)
-        return None
-    if t.attr(node, "training_mode", 0):
-        t.fail("BatchNormalization: training mode is not supported", "export for inference")
-    eps = float(t.attr(node, "epsilon", 1e-5))
-    args = ", ".join(t.operand(node, i) for i in range(5))
-    return f"batchnorm({args}, eps = {_num(eps)})"
-
-
-def _pool(kind: str) -> Translator:
-    def translate(t: Translation, node: Any) -> str:
-        if t.attr(node, "ceil_mode", 0):
-            t.fail(f"{node.op_type}: ceil_mode is not supported", "export with ceil_mode = 0")
-        if any(d != 1 for d in t.attr(node, "dilations", [1, 1])):
-            t.fail(f"{node.op_type}: dilations other than 1 are not supported", None)
-        if kind == "max" and t.attr(node, "storage_order", 0):
-            t.fail("MaxPool: column-major storage_order is not supported", None)
-        kernel = list(t.attr(node, "kernel_shape", []))
-        if len(kernel) != 2:
-            t.fail(f"{node.op_type}: only 2-D pooling (NCHW) is supported", None)
-        stride = list(t.attr(node, "strides", [1, 1]))
-        pad = _pads(t, node, 2)
-        if kind == "avg" and any(pad) and not t.attr(node, "count_include_pad", 0):
-            t.fail(
-                "AveragePool: padding left out of the average (count_include_pad = 0) is not "
-                "supported",
-                "rtgraph's avg pool counts padding as zeros (count_include_pad = 1)",
-            )
-        return (
-            f"pool2d({t.operand(node, 0)}, kind = {kind}, kernel = {_ints(kernel)}, "
-            f"stride = {_ints(stride)}, padding = {_ints(pad)})"
-        )
-
-    return translate
-
-
-def _global_pool(kind: str) -> Translator:
-    op = "reduce_mean" if kind == "avg" else "reduce_max"
-    return lambda t, node: f"{op}({t.operand(node, 0)}, axis = [2, 3], keepdims = true)"
-
-
 TRANSLATORS: dict[str, Translator] = {
-    "Conv": _conv,
-    "Gemm": _gemm,
     "MatMul": _matmul,
     "Add": _binary("+"),
     "Sub": _binary("-"),
@@ -527,11 +492,14 @@ TRANSLATORS: dict[str, Translator] = {
     "Unsqueeze": _squeeze,
     "Transpose": _transpose,
     "Concat": _concat,
-    "BatchNormalization": _batchnorm,
-    "MaxPool": _pool("max"),
-    "AveragePool": _pool("avg"),
-    "GlobalAveragePool": _global_pool("avg"),
-    "GlobalMaxPool": _global_pool("max"),
     "Dropout": _alias,
     "Identity": _alias,
+    "LeakyRelu": _leaky_relu,
+    "PRelu": _prelu,
+    "Elu": _elu,
+    "Selu": _selu,
+    "Softplus": lambda t, node: f"log(exp({t.operand(node, 0)}) + 1.0)",
+    "Abs": lambda t, node: f"maximum({t.operand(node, 0)}, neg({t.operand(node, 0)}))",
+    "Clip": _clip,
+    "LogSoftmax": _log_softmax,
 }

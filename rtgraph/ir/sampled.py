@@ -34,8 +34,8 @@ from rtgraph.dtypes import DTYPES, TensorType, to_value
 from rtgraph.ir.graph import OpNode, Program
 from rtgraph.ir.interpreter import check_host_capacity, dead_after, host_values
 from rtgraph.ops import lookup, run_kernel
-from rtgraph.ops.cube import ROW_BLOCK, matmul_block, row_blocks
-from rtgraph.ops.rules import wide, wide_contiguous
+from rtgraph.ops.cube import ROW_BLOCK, matmul_block, matmul_operand, row_blocks, sum_type
+from rtgraph.ops.rules import wide
 
 #: Per axis: None (every index) or a sorted array of distinct indices.
 Box = tuple[np.ndarray | None, ...]
@@ -255,16 +255,17 @@ def _matmul(
     """``a @ b`` correct in ``box``: the row blocks its rows fall in, in the kernel's calls
     (``a`` correct in the box's rows, ``b`` in its columns; the other columns taken as 0)."""
     cols = box[-1]
-    bw = wide_contiguous(b) if cols is None else columns.filled(b, cols)
+    bw = matmul_operand(b) if cols is None else sum_type(b, columns.filled(b, cols))
     blocks = row_blocks(a)
     if blocks is None:
-        return to_value(matmul_block(wide(a), bw, None), out.dtype)
+        return to_value(matmul_block(sum_type(a, wide(a)), bw, None), out.dtype)
     rows = box[-2]
     if rows is not None:
         blocks = np.unique(rows // ROW_BLOCK) * ROW_BLOCK
     result = np.zeros(out.shape, DTYPES[out.dtype].value)
     for first in blocks:
-        part = wide(a[..., first : first + ROW_BLOCK, :])
+        rows_of_a = a[..., first : first + ROW_BLOCK, :]
+        part = sum_type(rows_of_a, wide(rows_of_a))
         result[..., first : first + ROW_BLOCK, :] = to_value(
             matmul_block(part, bw, None), out.dtype
         )

@@ -11,10 +11,12 @@ Precision policy (what every kernel computes in, so the emulator and the referen
 agree bit for bit and both behave like a device):
 
 * f16 and bf16 operands are upcast to f32 and the result is rounded once to the output dtype
-  (by :func:`run_kernel`). Cube ops accumulate in f32, as a Cube unit does; this is also
+  (by :func:`run_kernel`). ``matmul`` accumulates in f32, as a Cube unit does; this is also
   NumPy's only fast path (its float16 matmul has no BLAS behind it).
-* f32 computes in f32, never f64: constants are f32 scalars, sums accumulate in f32 (NumPy's
-  pairwise summation), ``exp`` of f32 stays f32.
+* f32 computes in f32: constants are f32 scalars, sums accumulate in f32 (NumPy's pairwise
+  summation), ``exp`` of f32 stays f32. The exception is ``conv2d``, which accumulates every
+  float dtype in f64 and rounds once, so an output channel's value does not depend on where
+  BLAS's blocking puts its column (:func:`.cube.accumulator`).
 * Integers compute in int64 and wrap (two's complement) to the output type: ``add``, ``mul``,
   ``matmul``, ``conv2d`` and ``reduce_sum`` of i8/i32 overflow like the hardware's integer
   units. Integer ``div`` truncates toward zero and ``x / 0`` is 0 (no trap, no crash);
@@ -23,11 +25,13 @@ agree bit for bit and both behave like a device):
   (NaN, from ``0 * inf``, is 0).
 * ``cast`` from float to integer truncates toward zero, saturates at the integer range and maps
   NaN to 0; integer to integer wraps; int to bf16 rounds once (round-to-odd to f32 first).
-* Transcendental ops and normalisations (``exp log sqrt rsqrt tanh sigmoid gelu silu``,
-  ``softmax``, ``layernorm``, ``rmsnorm``, ``groupnorm``) need a floating-point operand.
+* Transcendental ops and normalisations (``exp log sqrt rsqrt tanh sigmoid gelu silu erf
+  pow``, ``softmax``, ``layernorm``, ``rmsnorm``, ``groupnorm``, ``lrn``) need a
+  floating-point operand.
 * Floating-point results follow IEEE: overflow is inf, ``log(-1)`` is NaN, no warnings.
-  ``gelu`` is the tanh approximation (NumPy has no vectorised erf; the device kernels of
-  common NPU libraries offer it too).
+  ``gelu`` is the tanh approximation (the device kernels of common NPU libraries offer it);
+  ``erf`` is Python's ``math.erf`` per element in f64, rounded once (NumPy has no vectorised
+  erf), so the exact GELU is ``0.5 * x * (1 + erf(x / sqrt(2)))``.
 """
 
 from rtgraph.ops import copies, cube, elementwise, fused, layout, movement, reductions, synthetic

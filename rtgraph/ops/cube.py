@@ -1,7 +1,9 @@
 """Cube ops: ``matmul`` and ``conv2d``, the two ops that run on the matrix unit.
 
-Both accumulate f16/bf16 in f32, as a Cube unit does (and as NumPy's only fast path does: its
-float16 matmul has no BLAS behind it); integers accumulate in int64 and wrap to the output type.
+A matmul accumulates f16/bf16 in f32, as a Cube unit does (and as NumPy's only fast path does:
+its float16 matmul has no BLAS behind it), and f32 in f32. A conv2d accumulates every float dtype
+in f64 and rounds the sum once to the output dtype (:func:`accumulator` says why). Integers
+accumulate in int64 and wrap to the output type.
 A matmul computes its rows in blocks of :data:`ROW_BLOCK` (see there).
 """
 
@@ -20,6 +22,7 @@ from rtgraph.ops.rules import (
     need_rank,
     operand_bytes,
     pad_hw,
+    pads4,
     pair,
     same_dtype,
     wide,
@@ -27,6 +30,37 @@ from rtgraph.ops.rules import (
     window_out,
     windows,
 )
+
+
+def accumulator(x: np.ndarray) -> np.ndarray:
+    """``x`` (already :func:`~rtgraph.ops.rules.wide`) in the type a conv2d sums in: a float in
+    f64, an integer as it is (int64).
+
+    The sum is rounded once to the output dtype (bf16, held in f32, through f32 as every bf16
+    result is). Why f64: BLAS sums an f32 product in an order that depends on where a column
+    falls in its register blocks, so two output channels with the same operands can differ in
+    the last bit. Summed in f64 and rounded once they agree, unless the exact sum lies within
+    f64's rounding error of an f32 rounding boundary. ONNX's SqueezeNet needs it: 1,000 logits
+    of 9.5e9 that are equal in exact arithmetic, whose softmax puts its mass on a few of them
+    when some round an ulp apart. The price: BLAS's f64 rate is half its f32 rate, and each
+    operand is widened by a copy (1.2 to 1.6 times the CPU on ImageNet CNNs, docs/onnx.md).
+    A matmul sums f32 operands the same way (:func:`matmul_operand`); f16 and bf16 ones it
+    sums in f32, as the Cube does.
+    """
+    return x.astype(np.float64, copy=False) if x.dtype.kind == "f" else x
+
+
+def sum_type(x: np.ndarray, widened: np.ndarray) -> np.ndarray:
+    """``widened`` (the :func:`~rtgraph.ops.rules.wide` form of ``x``) in the type a matmul
+    sums ``x`` in: f64 for an f32 ``x`` (BLAS's f32 order depends on the call's blocking,
+    which once left ONNX's Inception v1 with 1,000 equal logits of 1.2e21 an ulp apart), the
+    wide form otherwise — f16 and bf16 sum in f32 through f32 BLAS, as the Cube does."""
+    return widened.astype(np.float64) if x.dtype == np.float32 else widened
+
+
+def matmul_operand(x: np.ndarray) -> np.ndarray:
+    """``x`` as a matmul's kernel multiplies it: wide, C-contiguous, in its :func:`sum_type`."""
+    return sum_type(x, wide_contiguous(x))
 
 
 def _matmul_infer(types: Types, attrs: Attrs) -> TensorType:
@@ -91,7 +125,7 @@ def matmul_block(a: np.ndarray, b: np.ndarray, first: int | None) -> np.ndarray:
 
 
 def _matmul_kernel(arrays: Arrays, attrs: Attrs) -> np.ndarray:
-    a, b = wide_contiguous(arrays[0]), wide_contiguous(arrays[1])
+    a, b = matmul_operand(arrays[0]), matmul_operand(arrays[1])
     blocks = row_blocks(a)
     if blocks is None:
         return matmul_block(a, b, None)
@@ -100,7 +134,7 @@ def _matmul_kernel(arrays: Arrays, attrs: Attrs) -> np.ndarray:
 
 def _matmul_into(arrays: Arrays, attrs: Attrs, out: np.ndarray) -> None:
     """The kernel, each block rounded straight into its rows of ``out``."""
-    a, b = wide_contiguous(arrays[0]), wide_contiguous(arrays[1])
+    a, b = matmul_operand(arrays[0]), matmul_operand(arrays[1])
     blocks = row_blocks(a)
     if blocks is None:
         np.copyto(out, matmul_block(a, b, None), casting="unsafe")
@@ -119,7 +153,7 @@ MATMUL = OpDef(
     kernel=_matmul_kernel,
     kernel_into=_matmul_into,
     doc="matrix product (`a @ b`): batch dims broadcast, rank-1 operands as in NumPy; "
-    "f16/bf16 accumulate in f32",
+    "f16/bf16 accumulate in f32, f32 in f64 (rounded once)",
 )
 
 
@@ -129,7 +163,8 @@ def _conv2d_infer(types: Types, attrs: Attrs) -> TensorType:
     need_rank("conv2d", w, 1, 4, "weight (OIHW)")
     dtype = same_dtype("conv2d", types)
     sh, sw = pair("conv2d", attrs["stride"], "stride", 1)
-    ph, pw = pair("conv2d", attrs["padding"], "padding", 0)
+    top, left, bottom, right = pads4("conv2d", attrs["padding"])
+    dh, dw = pair("conv2d", attrs.get("dilation", 1), "dilation", 1)
     groups = attrs["groups"]
     at_least("conv2d", "groups", groups, 1)
     n, c, h, wd = x.shape
@@ -148,8 +183,8 @@ def _conv2d_infer(types: Types, attrs: Attrs) -> TensorType:
             arg=1,
             hint="weights are [out_channels, in_channels / groups, kernel_h, kernel_w]",
         )
-    oh = window_out("conv2d", h, kh, sh, ph, "height", 1)
-    ow = window_out("conv2d", wd, kw, sw, pw, "width", 1)
+    oh = window_out("conv2d", h, kh, sh, (top, bottom), "height", 1, dh)
+    ow = window_out("conv2d", wd, kw, sw, (left, right), "width", 1, dw)
     return TensorType((n, o, oh, ow), dtype)
 
 
@@ -161,11 +196,12 @@ def _conv2d_cost(types: Types, out: TensorType, attrs: Attrs) -> Cost:
 
 def _conv2d_kernel(arrays: Arrays, attrs: Attrs) -> np.ndarray:
     # im2col as a strided view, then one batched matmul over (batch, group).
-    x, w = wide(arrays[0]), wide(arrays[1])
+    x, w = accumulator(wide(arrays[0])), accumulator(wide(arrays[1]))
     g = attrs["groups"]
     o, cg, kh, kw = w.shape
-    x = pad_hw(x, pair("conv2d", attrs["padding"], "padding", 0))
-    win = windows(x, (kh, kw), pair("conv2d", attrs["stride"], "stride", 1))
+    x = pad_hw(x, pads4("conv2d", attrs["padding"]))
+    stride = pair("conv2d", attrs["stride"], "stride", 1)
+    win = windows(x, (kh, kw), stride, pair("conv2d", attrs.get("dilation", 1), "dilation", 1))
     n, _, oh, ow = win.shape[:4]
     cols = win.reshape(n, g, cg, oh, ow, kh, kw).transpose(0, 1, 3, 4, 2, 5, 6)
     cols = cols.reshape(n, g, oh * ow, cg * kh * kw)
@@ -184,11 +220,14 @@ CONV2D = OpDef(
     kernel=_conv2d_kernel,
     attrs={
         "stride": AttrSpec("axes", 1, doc="int or [h, w], at least 1"),
-        "padding": AttrSpec("axes", 0, doc="zero padding, int or [h, w]"),
+        "padding": AttrSpec(
+            "axes", 0, doc="zero padding: int, [h, w] or [top, left, bottom, right]"
+        ),
         "groups": AttrSpec("int", 1, doc="channel groups; divides in and out channels"),
+        "dilation": AttrSpec("axes", 1, doc="spacing of the kernel's taps, int or [h, w]"),
     },
     doc="2-D convolution, NCHW input, OIHW weights [O, C/groups, KH, KW]; "
-    "f16/bf16 accumulate in f32",
+    "floats accumulate in f64, rounded once",
 )
 
 

@@ -1,7 +1,9 @@
-"""Vector elementwise ops: unary math, binary arithmetic with broadcasting, ``scale``,
-``where`` and ``cast``."""
+"""Vector elementwise ops: unary math, binary arithmetic with broadcasting, ``pow``,
+``scale``, ``where`` and ``cast``."""
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 
@@ -41,6 +43,15 @@ def _binary_rule(name: str):
     return infer
 
 
+#: Python's ``math.erf`` on every element, in f64 (NumPy has no vectorised erf): exact to f64 and
+#: rounded once to the output dtype — the living definition, not a fast one.
+_ERF = np.frompyfunc(math.erf, 1, 1)
+
+
+def _erf(x: np.ndarray) -> np.ndarray:
+    return np.asarray(_ERF(x.astype(np.float64)), dtype=np.float64).reshape(x.shape)
+
+
 def _div(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return a / b if a.dtype.kind == "f" else trunc_div(a, b)
 
@@ -56,6 +67,7 @@ _UNARY = {
     "tanh": (np.tanh, True, 6, "hyperbolic tangent"),
     "sigmoid": (sigmoid, True, 6, "1 / (1 + exp(-x))"),
     "gelu": (gelu_tanh, True, 8, "GELU, tanh approximation"),
+    "erf": (_erf, True, 8, "the error function (computed in f64, rounded once)"),
     "silu": (lambda x: x * sigmoid(x), True, 8, "x * sigmoid(x)"),
 }
 
@@ -133,6 +145,25 @@ SCALE = OpDef(
 )
 
 
+def _pow_infer(types: Types, attrs: Attrs) -> TensorType:
+    for i, t in enumerate(types):
+        need_float("pow", t, i)
+    return TensorType(broadcast("pow", types), same_dtype("pow", types))
+
+
+POW = OpDef(
+    name="pow",
+    unit="vector",
+    min_args=2,
+    max_args=2,
+    infer=_pow_infer,
+    cost=per_output(4),
+    kernel=ieee(lambda a, attrs: np.power(wide(a[0]), wide(a[1]))),
+    doc="a ** b (floats; a negative base with a fractional exponent is NaN), broadcasting",
+    fusion="elementwise",
+)
+
+
 def _where_infer(types: Types, attrs: Attrs) -> TensorType:
     return TensorType(broadcast("where", types), same_dtype("where", types, (1, 2)))
 
@@ -177,4 +208,4 @@ CAST = OpDef(
 
 
 #: This family's ops, in the order the language spec lists them.
-OPS: tuple[OpDef, ...] = (*UNARY_OPS, *BINARY_OPS, SCALE, WHERE, CAST)
+OPS: tuple[OpDef, ...] = (*UNARY_OPS, *BINARY_OPS, POW, SCALE, WHERE, CAST)

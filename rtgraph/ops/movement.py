@@ -9,6 +9,7 @@ from rtgraph.ops.registry import REQUIRED, AttrSpec, Cost, OpDef, OpError
 from rtgraph.ops.rules import (
     Arrays,
     Attrs,
+    Pads,
     Types,
     axis,
     dims,
@@ -17,6 +18,7 @@ from rtgraph.ops.rules import (
     need_rank,
     operand_bytes,
     pad_hw,
+    pads4,
     pair,
     same_dtype,
     trunc_div,
@@ -105,44 +107,52 @@ SLICE = OpDef(
 )
 
 
-def _poolwindows(attrs: Attrs) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
+def _poolwindows(attrs: Attrs) -> tuple[tuple[int, int], tuple[int, int], Pads, tuple[int, int]]:
     kernel = pair("pool2d", attrs["kernel"], "kernel", 1)
     stride = kernel if attrs["stride"] is None else pair("pool2d", attrs["stride"], "stride", 1)
-    padding = pair("pool2d", attrs["padding"], "padding", 0)
-    return kernel, stride, padding
+    dilation = pair("pool2d", attrs.get("dilation", 1), "dilation", 1)
+    return kernel, stride, pads4("pool2d", attrs["padding"]), dilation
 
 
 def _pool2d_infer(types: Types, attrs: Attrs) -> TensorType:
     x = types[0]
     need_rank("pool2d", x, 0, 4, "input (NCHW)")
-    kernel, stride, padding = _poolwindows(attrs)
-    if padding[0] >= kernel[0] or padding[1] >= kernel[1]:
+    kernel, stride, (top, left, bottom, right), dilation = _poolwindows(attrs)
+    if max(top, bottom) >= kernel[0] or max(left, right) >= kernel[1]:
         raise OpError(
-            f"pool2d: padding {dims(padding)} must be smaller than the kernel {dims(kernel)}",
+            f"pool2d: padding {dims((top, left, bottom, right))} (top, left, bottom, right) must "
+            f"be smaller than the kernel {dims(kernel)}",
             attr="padding",
             kind="attr",
             hint="a window made only of padding has no value",
         )
-    oh = window_out("pool2d", x.shape[2], kernel[0], stride[0], padding[0], "height", 0)
-    ow = window_out("pool2d", x.shape[3], kernel[1], stride[1], padding[1], "width", 0)
+    h, w = x.shape[2:]
+    oh = window_out("pool2d", h, kernel[0], stride[0], (top, bottom), "height", 0, dilation[0])
+    ow = window_out("pool2d", w, kernel[1], stride[1], (left, right), "width", 0, dilation[1])
     return TensorType((*x.shape[:2], oh, ow), x.dtype)
 
 
 def _pool2d_kernel(arrays: Arrays, attrs: Attrs) -> np.ndarray:
     x = wide(arrays[0])
-    kernel, stride, padding = _poolwindows(attrs)
+    kernel, stride, padding, dilation = _poolwindows(attrs)
     if attrs["kind"] == "max":
         low = -np.inf if x.dtype.kind == "f" else np.iinfo(x.dtype).min
-        return windows(pad_hw(x, padding, low), kernel, stride).max(axis=(-2, -1))
-    win = windows(pad_hw(x, padding), kernel, stride)
+        return windows(pad_hw(x, padding, low), kernel, stride, dilation).max(axis=(-2, -1))
+    win = windows(pad_hw(x, padding), kernel, stride, dilation)
+    if attrs.get("count_include_pad", True) or not any(padding):
+        count: np.ndarray | int = kernel[0] * kernel[1]
+    else:  # how many of each window's taps fall inside the input
+        inside = pad_hw(np.ones((1, 1, *x.shape[2:]), np.int64), padding)
+        count = windows(inside, kernel, stride, dilation).sum(axis=(-2, -1))
+    total = win.sum(axis=(-2, -1))
     if x.dtype.kind == "f":
-        return win.mean(axis=(-2, -1))
-    return trunc_div(win.sum(axis=(-2, -1)), kernel[0] * kernel[1])
+        return total / np.asarray(count, dtype=total.dtype)
+    return trunc_div(total, count)
 
 
 def _pool2d_cost(types: Types, out: TensorType, attrs: Attrs) -> Cost:
     """KH × KW flop per output element (one per window element)."""
-    (kh, kw), _, _ = _poolwindows(attrs)
+    (kh, kw), _, _, _ = _poolwindows(attrs)
     return Cost(out.size * kh * kw, operand_bytes(types), out.nbytes)
 
 
@@ -158,10 +168,16 @@ POOL2D = OpDef(
         "kind": AttrSpec("enum", REQUIRED, choices=("max", "avg"), doc="max or avg pooling"),
         "kernel": AttrSpec("axes", 2, doc="window, int or [h, w]"),
         "stride": AttrSpec("axes", None, doc="int or [h, w]; default: the kernel"),
-        "padding": AttrSpec("axes", 0, doc="int or [h, w], smaller than the kernel"),
+        "padding": AttrSpec(
+            "axes", 0, doc="int, [h, w] or [top, left, bottom, right]; smaller than the kernel"
+        ),
+        "dilation": AttrSpec("axes", 1, doc="spacing of a window's taps, int or [h, w]"),
+        "count_include_pad": AttrSpec(
+            "bool", True, doc="avg: divide by the whole window (false: by its taps in the input)"
+        ),
     },
     doc="max or average over windows of an NCHW input; avg divides by the full window "
-    "(padding counts as zeros)",
+    "(padding counts as zeros) unless `count_include_pad = false`",
 )
 
 #: This family's ops, in the order the language spec lists them.

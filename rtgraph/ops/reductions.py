@@ -1,5 +1,6 @@
 """Vector reductions and normalisations: ``softmax``, ``layernorm``, ``rmsnorm``,
-``groupnorm``, ``batchnorm`` (inference form) and ``reduce_sum``/``reduce_mean``/``reduce_max``.
+``groupnorm``, ``batchnorm`` (inference form), ``lrn`` and
+``reduce_sum``/``reduce_mean``/``reduce_max``.
 
 Sums accumulate in f32 for float operands (NumPy's pairwise summation) and in int64 for
 integers, which wrap to the output type; integer means truncate toward zero.
@@ -10,9 +11,10 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 from rtgraph.dtypes import TensorType
-from rtgraph.ops.registry import REQUIRED, AttrSpec, OpDef, OpError
+from rtgraph.ops.registry import REQUIRED, AttrSpec, Cost, OpDef, OpError
 from rtgraph.ops.rules import (
     Arrays,
     Attrs,
@@ -24,6 +26,7 @@ from rtgraph.ops.rules import (
     f32,
     ieee,
     need_float,
+    operand_bytes,
     per_input,
     same_dtype,
     trunc_div,
@@ -206,6 +209,55 @@ BATCHNORM = OpDef(
 )
 
 
+def _lrn_infer(types: Types, attrs: Attrs) -> TensorType:
+    x = types[0]
+    need_float("lrn", x, 0)
+    if x.rank < 2:
+        raise OpError(
+            f"lrn: input must have rank 2 or more (N, C, ...), got {x}",
+            arg=0,
+            hint="the channels are axis 1: [N, C] or [N, C, H, W]",
+        )
+    at_least("lrn", "size", attrs["size"], 1)
+    return x
+
+
+def _lrn_kernel(arrays: Arrays, attrs: Attrs) -> np.ndarray:
+    x, size = wide(arrays[0]), attrs["size"]
+    before, after = (size - 1) // 2, size // 2  # ONNX: floor and ceil of (size - 1) / 2
+    padded = np.pad(x * x, [(0, 0), (before, after)] + [(0, 0)] * (x.ndim - 2))
+    square_sum = np.moveaxis(sliding_window_view(padded, size, axis=1), -1, 0).sum(axis=0)
+    scale = f32(attrs["bias"]) + f32(attrs["alpha"] / size) * square_sum
+    return x / scale ** f32(attrs["beta"])
+
+
+def _lrn_cost(types: Types, out: TensorType, attrs: Attrs) -> Cost:
+    """size + 6 flop per element (square, window sum, scale, power, divide)."""
+    return Cost((attrs["size"] + 6) * out.size, operand_bytes(types), out.nbytes)
+
+
+#: Local response normalisation across channels (ONNX LRN, AlexNet's and GoogLeNet's): each
+#: element divided by ``(bias + alpha / size · Σ x²)^beta``, the sum over the ``size`` channels
+#: around its own (those outside the tensor count as 0).
+LRN = OpDef(
+    name="lrn",
+    unit="vector",
+    min_args=1,
+    max_args=1,
+    infer=_lrn_infer,
+    cost=_lrn_cost,
+    kernel=ieee(_lrn_kernel),
+    attrs={
+        "size": AttrSpec("int", REQUIRED, doc="channels summed over, at least 1"),
+        "alpha": AttrSpec("float", 1e-4, doc="scale of the sum of squares"),
+        "beta": AttrSpec("float", 0.75, doc="exponent"),
+        "bias": AttrSpec("float", 1.0, doc="added to the scaled sum"),
+    },
+    doc="local response normalisation across channels (axis 1): x / (bias + alpha / size · "
+    "sum of x² over the size channels around) ^ beta",
+)
+
+
 def _reduce_rule(name: str):
     def infer(types: Types, attrs: Attrs) -> TensorType:
         x = types[0]
@@ -259,4 +311,4 @@ REDUCE_OPS = tuple(
 )
 
 #: This family's ops, in the order the language spec lists them.
-OPS: tuple[OpDef, ...] = (SOFTMAX, *NORM_OPS, GROUPNORM, BATCHNORM, *REDUCE_OPS)
+OPS: tuple[OpDef, ...] = (SOFTMAX, *NORM_OPS, GROUPNORM, BATCHNORM, LRN, *REDUCE_OPS)

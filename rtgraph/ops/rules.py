@@ -25,6 +25,8 @@ Types = Sequence[TensorType]
 Arrays = Sequence[np.ndarray]
 Kernel = Callable[[Sequence[np.ndarray], Attrs], np.ndarray]
 CostRule = Callable[[Sequence[TensorType], TensorType, Attrs], Cost]
+#: Padding of the two spatial axes of NCHW: top, left, bottom, right.
+Pads = tuple[int, int, int, int]
 
 
 def dims(shape: Sequence[int]) -> str:
@@ -144,15 +146,45 @@ def at_least(op: str, attr: str, value: float, minimum: float) -> None:
         raise OpError(message, attr=attr, kind="attr")
 
 
-def window_out(op: str, size: int, kernel: int, stride: int, pad: int, what: str, arg: int) -> int:
-    """Output length of a sliding window along one spatial axis (at least one window)."""
-    if size + 2 * pad < kernel:
+def pads4(op: str, value: int | Sequence[int], attr: str = "padding") -> Pads:
+    """Zero padding written as one int (every side), ``[h, w]`` (both sides of an axis alike)
+    or ``[top, left, bottom, right]`` (ONNX's ``pads`` order for 2-D), as four sides."""
+    values = [value] * 4 if isinstance(value, int) else list(value)
+    if len(values) == 2:
+        values = values * 2
+    if len(values) != 4:
         raise OpError(
-            f"{op}: kernel {what} {kernel} exceeds the padded input {what} {size + 2 * pad}",
+            f"{op}: {attr} must be an int or a list of 2 ([h, w]) or 4 ([top, left, bottom, "
+            f"right]) ints, got {dims(values)}",
+            attr=attr,
+            kind="attr",
+        )
+    for v in values:
+        at_least(op, attr, v, 0)
+    return values[0], values[1], values[2], values[3]
+
+
+def window_out(
+    op: str,
+    size: int,
+    kernel: int,
+    stride: int,
+    pads: tuple[int, int],
+    what: str,
+    arg: int,
+    dilation: int = 1,
+) -> int:
+    """Output length of a sliding window along one spatial axis (at least one window), padded
+    by ``pads`` (before, after), its taps ``dilation`` apart."""
+    padded, span = size + pads[0] + pads[1], dilation * (kernel - 1) + 1
+    if padded < span:
+        dilated = f" (dilated: {span})" if dilation > 1 else ""
+        raise OpError(
+            f"{op}: kernel {what} {kernel}{dilated} exceeds the padded input {what} {padded}",
             arg=arg,
             hint="use a smaller kernel or more padding",
         )
-    return (size + 2 * pad - kernel) // stride + 1
+    return (padded - span) // stride + 1
 
 
 # --- precision policy ----------------------------------------------------------------------
@@ -221,17 +253,25 @@ def along(v: np.ndarray, ax: int, rank: int) -> np.ndarray:
 # --- kernel helpers ------------------------------------------------------------------------
 
 
-def windows(x: np.ndarray, kernel: tuple[int, int], stride: tuple[int, int]) -> np.ndarray:
-    """Strided view ``[N, C, OH, OW, KH, KW]`` of every window of an (already padded) NCHW x."""
-    view = np.lib.stride_tricks.sliding_window_view(x, kernel, axis=(2, 3))
-    return view[:, :, :: stride[0], :: stride[1]]
+def windows(
+    x: np.ndarray,
+    kernel: tuple[int, int],
+    stride: tuple[int, int],
+    dilation: tuple[int, int] = (1, 1),
+) -> np.ndarray:
+    """Strided view ``[N, C, OH, OW, KH, KW]`` of every window of an (already padded) NCHW x,
+    the taps of a window ``dilation`` apart."""
+    span = (dilation[0] * (kernel[0] - 1) + 1, dilation[1] * (kernel[1] - 1) + 1)
+    view = np.lib.stride_tricks.sliding_window_view(x, span, axis=(2, 3))
+    return view[:, :, :: stride[0], :: stride[1], :: dilation[0], :: dilation[1]]
 
 
-def pad_hw(x: np.ndarray, padding: tuple[int, int], value: Any = 0) -> np.ndarray:
-    ph, pw = padding
-    if not (ph or pw):
+def pad_hw(x: np.ndarray, padding: Sequence[int], value: Any = 0) -> np.ndarray:
+    """NCHW ``x`` padded by ``padding``: [h, w] (both sides alike) or [top, left, bottom, right]."""
+    t, left, b, r = (*padding, *padding) if len(padding) == 2 else padding
+    if not (t or left or b or r):
         return x
-    return np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=value)
+    return np.pad(x, ((0, 0), (0, 0), (t, b), (left, r)), constant_values=value)
 
 
 def sigmoid(x: np.ndarray) -> np.ndarray:
