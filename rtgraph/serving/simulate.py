@@ -1,0 +1,365 @@
+"""The request loop: arrivals, a batching policy, steps charged at their emulated cost.
+
+One device serves one batch at a time (the emulated step already overlaps the host's
+submission with the device's work). Batch-level policies (none, static, dynamic) hand a batch
+to the device and take the next when it is done; continuous batching re-forms the batch after
+every step. The loop advances from decision to decision — the next arrival, a batch's end, a
+dynamic batcher's deadline — so a run costs one Python iteration per batch or per step, and the
+step costs come from the :class:`~rtgraph.serving.steps.StepTable` (emulated once per shape).
+
+Request merging: with ``merge``, waiting requests with one key (the same prompt and the same
+parameters — for the image model the seed and step count, for a decoder the output length with
+deterministic decoding) are served as one: they take one slot of the batch and all receive its
+result when it ends. A request that arrives after its twin started is not merged (the work has
+begun); continuous batching does not merge.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from rtgraph.serving.arrivals import Requests
+from rtgraph.serving.kvcache import KVCache
+from rtgraph.serving.policies import Policy
+from rtgraph.serving.requests import ServingError
+from rtgraph.serving.steps import MIN_TOKENS, StepTable, bucket
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What one request asks of the model: ``denoise_steps`` UNet steps (image model);
+    ``merge`` identical waiting requests; the decoder's KV pool (``kv_blocks`` None: sized from
+    the device's memory) in blocks of ``kv_block`` tokens, a full pool preempting by
+    ``recompute`` or ``swap`` (``preempt``); ``host_prep_s`` of the host's CPU
+    per request (tokenising, latents) before it can join a batch — one host thread, in arrival
+    order, overlapping the device's steps (the runtime's "the host prepares the next request
+    while the NPU computes")."""
+
+    denoise_steps: int = 50
+    merge: bool = False
+    kv_block: int = 16
+    kv_blocks: int | None = None
+    host_prep_s: float = 0.0
+    preempt: str = "recompute"
+
+
+@dataclass
+class Outcome:
+    """Per request: when it started, produced its first output and finished (s); per step:
+    start, end, slots and requests served; the queue, KV use and TBT gaps over the run."""
+
+    requests: Requests
+    policy: Policy
+    kind: str
+    start: np.ndarray
+    first: np.ndarray
+    finish: np.ndarray
+    steps: dict[str, list] = field(default_factory=dict)
+    queue: list[tuple[float, int]] = field(default_factory=list)
+    kv: list[tuple[float, int]] = field(default_factory=list)
+    kv_total: int = 0
+    tbt: list[tuple[float, int]] = field(default_factory=list)
+    preemptions: int = 0
+
+    def record_step(self, phase: str, start: float, end: float, slots: int, served: int) -> None:
+        for name, value in (
+            ("phase", phase),
+            ("start", start),
+            ("end", end),
+            ("slots", slots),
+            ("served", served),
+        ):
+            self.steps.setdefault(name, []).append(value)
+
+
+def simulate(
+    requests: Requests, policy: Policy, table: StepTable, workload: Workload = Workload()
+) -> Outcome:
+    """Serve every request and return what happened to each."""
+    n = len(requests)
+    nan = np.full(n, np.nan)
+    ready = host_ready(requests.arrival, workload.host_prep_s)
+    queued = Requests(ready, requests.prompt, requests.output, requests.key)
+    out = Outcome(queued, policy, table.kind, nan.copy(), nan.copy(), nan.copy())
+    try:
+        _serve(out, table, workload)
+    finally:
+        out.requests = requests  # latencies count from the arrival, not from the host's prep
+    return out
+
+
+def host_ready(arrival: np.ndarray, prep_s: float) -> np.ndarray:
+    """When the host has prepared each request: one thread, in arrival order (Lindley)."""
+    if prep_s <= 0:
+        return arrival
+    ready = np.empty_like(arrival)
+    done = 0.0
+    for i, a in enumerate(arrival.tolist()):
+        done = max(a, done) + prep_s
+        ready[i] = done
+    return ready
+
+
+def _serve(out: Outcome, table: StepTable, workload: Workload) -> None:
+    requests, policy = out.requests, out.policy
+    n = len(requests)
+    if table.kind == "image":
+        if policy.kind == "continuous":
+            raise ServingError(
+                "continuous batching is iteration-level batching for decoders",
+                hint="the image model takes none, static:B or dynamic:max=B,wait=T",
+            )
+        _serve_batches(out, table, workload, None)
+        return
+    cache = _kv_cache(table, workload)
+    cache.check_fits(int((requests.prompt + requests.output).max()) if n else 1)
+    out.kv_total = cache.total_blocks
+    if policy.kind == "continuous":
+        _serve_continuous(out, table, cache, _swap_cost(table, cache, workload.preempt))
+    else:
+        _serve_batches(out, table, workload, cache)
+
+
+def _kv_cache(table: StepTable, workload: Workload) -> KVCache:
+    free = 0
+    if workload.kv_blocks is None:
+        largest = table.step("prefill", 1, 1024)[1]
+        free = max(table.capacity_bytes() - largest, 0)
+    return KVCache.for_decoder(
+        table.param("L"), table.param("D"), workload.kv_block, workload.kv_blocks, free
+    )
+
+
+def _swap_cost(table: StepTable, cache: KVCache, preempt: str):
+    """Seconds to copy n blocks over the host link (None: preempt by recompute)."""
+    if preempt == "recompute":
+        return None
+    if preempt != "swap":
+        raise ServingError(f"unknown preemption {preempt!r}", hint="recompute or swap")
+    bandwidth, latency = table.host_link()
+    return lambda blocks: latency + blocks * cache.bytes_per_block / bandwidth
+
+
+# --- batch-level policies: none, static:B, dynamic:max=B,wait=T ---------------------------------
+
+
+def _serve_batches(out: Outcome, table: StepTable, workload: Workload, cache) -> None:
+    req, policy = out.requests, out.policy
+    n = len(req)
+    size = 1 if policy.kind == "none" else policy.max_batch
+    keys = req.key if workload.merge or policy.merge else np.arange(n)
+    waiting: OrderedDict[int, list[int]] = OrderedDict()  # key → its waiting requests, oldest first
+    count = nxt = 0
+    free = 0.0
+    while nxt < n or waiting:
+        while nxt < n and req.arrival[nxt] <= free:
+            waiting.setdefault(int(keys[nxt]), []).append(nxt)
+            nxt, count = nxt + 1, count + 1
+            out.queue.append((float(req.arrival[nxt - 1]), count))
+        if not waiting:
+            free = float(req.arrival[nxt])
+            continue
+        if len(waiting) < size and policy.kind == "static" and nxt < n:
+            free = float(req.arrival[nxt])  # wait for a full batch (the last one leaves part-full)
+            continue
+        take = size
+        if policy.kind == "dynamic":
+            filled = [p for p in policy.preferred if p <= len(waiting)]
+            if filled:  # Triton: the largest preferred batch that can be formed goes now
+                take = filled[-1]
+            elif len(waiting) < size:
+                oldest = req.arrival[next(iter(waiting.values()))[0]]
+                deadline = float(oldest) + policy.wait_s
+                if nxt < n and req.arrival[nxt] <= deadline:
+                    free = max(free, float(req.arrival[nxt]))
+                    continue
+                free = max(free, deadline)  # the oldest has waited long enough
+        slots = _take(waiting, take, req, cache)
+        members = [i for group in slots for i in group]
+        count -= len(members)
+        out.queue.append((free, count))
+        free = _run_batch(out, table, workload, cache, slots, free)
+
+
+def _take(waiting: OrderedDict, size: int, req: Requests, cache) -> list[list[int]]:
+    """The oldest ``size`` waiting keys (fewer if their KV reservation would not fit)."""
+    slots: list[list[int]] = []
+    reserved = 0
+    while waiting and len(slots) < size:
+        key, group = next(iter(waiting.items()))
+        if cache is not None:
+            need = int(cache.blocks(int(req.prompt[group[0]] + req.output[group[0]])))
+            if slots and reserved + need > cache.total_blocks:
+                break
+            reserved += need
+        slots.append(group)
+        del waiting[key]
+    return slots
+
+
+def _run_batch(out, table, workload, cache, slots, start: float) -> float:
+    req = out.requests
+    heads = np.array([group[0] for group in slots])
+    members = np.array([i for group in slots for i in group])
+    slot_of = np.repeat(np.arange(len(slots)), [len(g) for g in slots])
+    out.start[members] = start
+    b = len(slots)
+    if out.kind == "image":
+        end = start + workload.denoise_steps * table.latency_s("denoise", b)
+        out.record_step("denoise", start, end, b, len(members))
+        out.first[members] = out.finish[members] = end
+        return end
+    # Static decoding (FasterTransformer): one prefill, then decode steps for the whole batch
+    # until its longest output is done; every slot's KV blocks are reserved for the batch.
+    prompts, outputs = req.prompt[heads], req.output[heads]
+    reserved = int(np.sum(cache.blocks(prompts + outputs)))
+    out.kv.append((start, reserved))
+    t = start + table.latency_s("prefill", b, int(prompts.max()))
+    out.record_step("prefill", start, t, b, len(members))
+    first = t
+    longest = int(outputs.max())
+    ctx = int(prompts.max()) + np.arange(1, longest)
+    costs = np.array([table.latency_s("decode", b, 0, int(c)) for c in ctx])
+    ends = t + np.cumsum(costs)
+    if len(costs):
+        still = (outputs[:, None] - 1 > np.arange(longest - 1)[None, :]).sum(axis=0)
+        shared = np.array([len(g) for g in slots])
+        weights = (shared[:, None] * (outputs[:, None] - 1 > np.arange(longest - 1))).sum(0)
+        out.tbt.extend(zip(costs.tolist(), weights.tolist(), strict=True))
+        out.steps.setdefault("phase", []).extend(["decode"] * len(costs))
+        out.steps.setdefault("start", []).extend(np.concatenate([[t], ends[:-1]]).tolist())
+        out.steps.setdefault("end", []).extend(ends.tolist())
+        out.steps.setdefault("slots", []).extend([b] * len(costs))
+        out.steps.setdefault("served", []).extend(still.tolist())
+    done = np.where(outputs > 1, ends[np.maximum(outputs - 2, 0)] if len(costs) else first, first)
+    out.first[members] = first
+    out.finish[members] = done[slot_of]
+    end = float(ends[-1]) if len(costs) else first
+    out.kv.append((end, 0))
+    return end
+
+
+# --- continuous batching (Orca, vLLM) -----------------------------------------------------------
+
+
+def _serve_continuous(out: Outcome, table: StepTable, cache: KVCache, swap) -> None:
+    """vLLM's loop: after each step, admit waiting sequences (a prefill step; a swapped-out
+    one is copied back instead) while the batch and the KV cache have room, else run one
+    decode step for every running sequence."""
+    req = out.requests
+    n = len(req)
+    size = out.policy.max_batch
+    made = np.zeros(n, dtype=np.int64)  # tokens made so far
+    last = np.zeros(n)  # when each made its last token
+    swapped = np.zeros(n, dtype=bool)  # its KV blocks wait in host memory
+    waiting: deque[int] = deque()
+    running = np.zeros(0, dtype=np.int64)
+    nxt = 0
+    t = 0.0
+    while nxt < n or waiting or len(running):
+        while nxt < n and req.arrival[nxt] <= t:
+            waiting.append(nxt)
+            nxt += 1
+        if not waiting and not len(running):
+            t = float(req.arrival[nxt])
+            continue
+        admitted = []
+        while waiting and len(running) + len(admitted) < size:
+            i = waiting[0]
+            need = int(cache.blocks(int(req.prompt[i] + max(made[i], 1))))  # after the step
+            if need > cache.free:
+                break
+            cache.used += need
+            admitted.append(waiting.popleft())
+        if admitted:
+            new = np.array(admitted)
+            back, again = new[swapped[new]], new[~swapped[new]]
+            if len(back):  # swap in: copy the blocks back, no prefill
+                end = t + swap(int(np.sum(cache.blocks(req.prompt[back] + made[back]))))
+                out.record_step("swap-in", t, end, len(back), len(back))
+                t = end
+                swapped[back] = False
+            if len(again):
+                fresh = again[made[again] == 0]
+                out.start[fresh] = t
+                longest = int((req.prompt[again] + made[again]).max())
+                end = t + table.latency_s("prefill", len(again), longest)
+                out.record_step("prefill", t, end, len(again), len(again))
+                t = end
+                out.first[fresh] = t
+                last[fresh] = t
+                made[fresh] = 1
+            running = np.concatenate([running, new])
+        else:
+            upcoming = float(req.arrival[nxt]) if nxt < n and not waiting else np.inf
+            running, t = _decode(
+                out, table, cache, (running, made, last, swapped), waiting, t, upcoming, swap
+            )
+        done = running[made[running] >= req.output[running]]
+        if len(done):
+            out.finish[done] = t
+            cache.used -= int(np.sum(cache.blocks(req.prompt[done] + made[done])))
+            running = running[made[running] < req.output[running]]
+        out.kv.append((t, cache.used))
+        out.queue.append((t, len(waiting)))
+
+
+def _decode(out, table, cache, state, waiting, t: float, upcoming: float, swap):
+    """Decode steps for every running sequence: one, or as many as run alike — until the
+    next arrival (if it could join), a sequence's end or a cost bucket's edge, while the KV
+    cache has the blocks — charged at once (the same steps, one Python iteration). A sequence
+    that needs a block when none is free preempts the newest (recompute or swap)."""
+    running, made, last, swapped = state
+    req = out.requests
+    ctx = req.prompt[running] + made[running]
+    grow = int(np.count_nonzero(ctx % cache.block_tokens == 0))
+    while grow > cache.free and len(running) > 1:
+        victim = int(running[-1])
+        running = running[:-1]
+        blocks = int(cache.blocks(int(req.prompt[victim] + made[victim])))
+        cache.used -= blocks
+        if swap is not None:  # copy its blocks to the host; it resumes without a prefill
+            end = t + swap(blocks)
+            out.record_step("swap-out", t, end, 1, 1)
+            t = end
+            swapped[victim] = True
+        waiting.appendleft(victim)
+        out.preemptions += 1
+        ctx = req.prompt[running] + made[running]
+        grow = int(np.count_nonzero(ctx % cache.block_tokens == 0))
+    longest = int(ctx.max())
+    cost = table.latency_s("decode", len(running), 0, longest)
+    k = int(
+        min(
+            (req.output[running] - made[running]).min(),
+            bucket(longest, MIN_TOKENS) - longest + 1,
+            np.ceil((upcoming - t) / cost) if np.isfinite(upcoming) else np.inf,
+        )
+    )
+    k = max(k, 1)
+    growth = int(np.sum(cache.blocks(ctx + k) - cache.blocks(ctx)))
+    if growth > cache.free:
+        k, growth = 1, grow
+    cache.used += growth
+    ends = t + cost * np.arange(1, k + 1)
+    b = len(running)
+    out.steps.setdefault("phase", []).extend(["decode"] * k)
+    out.steps.setdefault("start", []).extend([t, *ends[:-1].tolist()])
+    out.steps.setdefault("end", []).extend(ends.tolist())
+    out.steps.setdefault("slots", []).extend([b] * k)
+    out.steps.setdefault("served", []).extend([b] * k)
+    previous = last[running]
+    if previous.min() == previous.max():  # the usual case: every sequence stepped last time
+        out.tbt.append((float(ends[0] - previous[0]), b))
+    else:
+        gaps, counts = np.unique(ends[0] - previous, return_counts=True)
+        out.tbt.extend(zip(gaps.tolist(), counts.tolist(), strict=True))
+    if k > 1:
+        out.tbt.append((cost, b * (k - 1)))
+    t = float(ends[-1])
+    made[running] += k
+    last[running] = t
+    return running, t
