@@ -121,6 +121,20 @@ SCRIPTS: tuple[tuple[str, list[str], list[str], str], ...] = (
         ["benchmarks/render_timeline.py", "--quick"],
         "time to draw timeline pictures",
     ),
+    (
+        "serving",
+        ["benchmarks/serving.py"],
+        ["benchmarks/serving.py", "--quick"],
+        "rtgraph serve: a 100k-request 10-minute trace's run time; batching and merging on the "
+        "image model; decoder capacity per policy under an SLO",
+    ),
+    (
+        "sweep",
+        ["benchmarks/sweep.py"],
+        ["benchmarks/sweep.py", "--quick"],
+        "rtgraph sweep: a 200-point sweep on the local Dask cluster against --workers 1 "
+        "(wall time, speed-up, identical tables, load average)",
+    ),
 )
 
 

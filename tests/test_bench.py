@@ -186,6 +186,23 @@ def test_figure_has_three_panels(report, tmp_path):
     assert save_figure(fig, tmp_path / "bench.png").stat().st_size > 0
 
 
+def test_figure_legends_sit_off_the_bars_inside_the_picture_with_plain_ticks(report):
+    fig = report.figure()
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    for ax in fig.axes:
+        legend = ax.get_legend().get_window_extent(renderer)
+        assert legend.x0 >= ax.bbox.x1  # right of the panel, so no bar is under it
+        assert fig.bbox.x0 <= legend.x0 and legend.x1 <= fig.bbox.x1  # and not cut off
+        for bar in ax.patches:
+            assert bar.get_hatch() in (None, "")  # memory plans are markers, not hatches
+        ticks = [t.get_text() for t in ax.get_yticklabels() + ax.get_yticklabels(minor=True)]
+        assert not any("10^" in t or "\\times" in t for t in ticks), ticks
+    policies = {r.policy for r in report.policies}
+    bars = [b for b in fig.axes[0].patches]
+    assert len(bars) == len(report.models) * len(policies)  # one bar per (model, policy)
+
+
 class FakeTerminal(io.StringIO):
     def isatty(self) -> bool:
         return True

@@ -151,3 +151,46 @@ def test_compiled_model_single_has_no_cross_stream_edges_and_by_unit_has_its_eve
     stream = by_unit.task_stream()
     cross = sum(1 for t in by_unit.tasks for d in t.deps if stream[d] != stream[t.id])
     assert cross > 0 and edges(by_unit_ax, "cross") == cross
+
+
+def _legend_labels(fig) -> list[str]:
+    return [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+
+
+@pytest.mark.parametrize("name", ["mlp.rtg", "overlap.rtg", "double_buffer.rtg"])
+def test_the_legend_names_each_units_shape_and_lies_inside_the_picture(name):
+    program = rtgraph.compile(rtgraph.load(MODELS / name), streams="by-unit")
+    fig = plot_dag(program)
+    fig.canvas.draw()
+    labels = _legend_labels(fig)
+    for unit in {t.unit for t in program.tasks}:
+        assert unit in labels
+    renderer = fig.canvas.get_renderer()
+    canvas = fig.bbox
+    for ax in fig.axes:
+        box = ax.get_legend().get_window_extent(renderer)
+        assert canvas.x0 <= box.x0 and box.x1 <= canvas.x1 and canvas.y0 <= box.y0
+        xlabel = ax.xaxis.label.get_window_extent(renderer)
+        assert not box.overlaps(xlabel)  # the legend sits under the axis label, not on it
+
+
+def test_waits_no_dependency_explains_are_drawn_event_only():
+    # greedy reuses bytes across streams: the compiler waits where no data flows
+    program = rtgraph.compile(
+        rtgraph.load(MODELS / "double_buffer.rtg"), streams="by-unit", memory="greedy"
+    )
+    layout = dag_layout(program)
+    deps = {(d, t.id) for t in program.tasks for d in t.deps}
+    assert layout.event_only.size and not ({tuple(p) for p in layout.event_only} & deps)
+    fig = plot_dag(program)
+    drawn = [c for ax in fig.axes for c in ax.collections if c.get_gid() == "edges:event-only"]
+    assert len(drawn[0].get_segments()) == len(layout.event_only)
+    assert "event only (reuse, own wait)" in _legend_labels(fig)
+
+
+def test_a_hundred_task_dag_labels_its_nodes_with_ids():
+    program = rtgraph.compile(rtgraph.load(MODELS / "attention.rtg"), streams="by-unit")
+    assert 80 < len(program.tasks) <= 250
+    fig = plot_dag(program)
+    texts = {t.get_text() for t in fig.axes[0].texts}
+    assert {f"t{t.id}" for t in program.tasks} <= texts

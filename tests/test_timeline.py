@@ -16,12 +16,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from matplotlib.colors import to_rgba
 
+import rtgraph
 from rtgraph.emulator import run
 from rtgraph.errors import UsageError
 from rtgraph.reports.style import OP_CLASS_COLORS, op_class
 from rtgraph.reports.timeline import (
     LANE_HEIGHT,
+    MIN_LANE_SHARE,
     core_slots,
+    drawn_cores,
     event_arrows,
     lanes,
     plot_timeline,
@@ -394,3 +397,46 @@ def test_unknown_suffix_is_a_usage_error(small_figure, tmp_path, name):
 def test_missing_folder_is_a_usage_error(small_figure, tmp_path):
     with pytest.raises(UsageError):
         save_figure(small_figure, tmp_path / "nope" / "t.png")
+
+
+def test_synthetic_kernels_take_their_units_tint_in_the_lanes_and_the_legend():
+    source = """
+device "toy"
+program k() {
+    a = kernel(unit = cube, us = 2)
+    b = kernel(unit = vector, us = 1, after = [a])
+    c = kernel(unit = dma, us = 1, after = [b])
+}
+"""
+    spec = rtgraph.device("toy")
+    compiled = rtgraph.compile(rtgraph.parse(source, "k.rtg"), device=spec, streams="by-unit")
+    result = rtgraph.run(compiled, device=spec, numerics=False)
+    assert op_class("kernel", "cube") == "synthetic cube" and op_class("kernel") == "synthetic"
+    fig = plot_timeline(result, compiled)
+    for unit in ("cube", "vector", "dma"):
+        faces = by_gid(fig)[f"tasks:unit:{unit}"].get_facecolor()
+        assert np.allclose(faces, to_rgba(OP_CLASS_COLORS[f"synthetic {unit}"]))
+    labels = {t.get_text() for legend in fig.legends for t in legend.get_texts()}
+    assert {"synthetic cube", "synthetic vector", "synthetic dma"} <= labels
+    assert "synthetic" not in labels
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.floats(0, 50), st.floats(0.1, 20), st.integers(1, 24)), min_size=1, max_size=30
+    ),
+    st.sampled_from([1, 8, 24, 32]),
+)
+def test_narrow_tasks_are_drawn_an_eighth_of_the_lane_high_without_overlapping(spans, capacity):
+    start = np.array([a for a, _, _ in spans])
+    end = start + np.array([d for _, d, _ in spans])
+    cores = np.minimum(np.array([c for _, _, c in spans]), capacity)
+    drawn = drawn_cores(cores, capacity)
+    assert np.all(drawn >= cores) and np.all(drawn * MIN_LANE_SHARE >= capacity)
+    offset, _ = core_slots(start, end, drawn, capacity)
+    for i in range(len(spans)):
+        for j in range(i):
+            in_time = start[i] < end[j] and start[j] < end[i]
+            in_cores = offset[i] < offset[j] + drawn[j] and offset[j] < offset[i] + drawn[i]
+            assert not (in_time and in_cores)

@@ -50,6 +50,7 @@ METADATA_KEY = "rtgraph-layers"
 CAPTIONS = {
     "cli": "the rtgraph command",
     "bench": "runtime claims, measured",
+    "serving": "requests, batching, P99 under load",
     "api": "one call per stage",
     "runtime": "torch.npu-like API",
     "reports": "text, pictures, traces, advice",
@@ -76,7 +77,7 @@ PIPELINE = (
 #: Siblings are drawn left to right in pipeline order (the contract does not order them).
 ORDER = ("frontend", "compiler", "emulator", "api", "runtime", "reports", "alloc", "timing")
 STAGE_COLOR, SUPPORT_COLOR, DRIVER_COLOR = "#D6E6F5", "#ECECEC", "#FBE3C8"
-DRIVERS = ("cli", "bench", "api", "runtime")
+DRIVERS = ("cli", "bench", "serving", "api", "runtime")
 STAGES = (*(name for name, _ in PIPELINE), "ir", "stream_program")
 LEGEND = (
     (STAGE_COLOR, "the pipeline"),

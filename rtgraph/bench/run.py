@@ -79,6 +79,27 @@ def model_paths(paths: Sequence[str | os.PathLike[str]]) -> list[Path]:
     return list(dict.fromkeys(found))
 
 
+def _every_model(
+    values: Mapping[str, int], files: Sequence[Path], spec: DeviceSpec
+) -> dict[Path, dict[str, int]]:
+    """``values`` split by model: each model gets those of its declared parameters (read from
+    its defaults); a :class:`UsageError` for a name no model declares, before any work."""
+    if not values:
+        return {}
+    chosen = {}
+    for path in files:
+        names = api.load(path, device=spec).params
+        chosen[path] = {k: v for k, v in values.items() if k in names}
+    unused = set(values) - {k for mine in chosen.values() for k in mine}
+    if unused:
+        raise UsageError(
+            f"-D {sorted(unused)[0]}: no model benchmarked declares that parameter",
+            hint="-D NAME=VALUE sets NAME in every model that declares it; "
+            "-D MODEL.NAME=VALUE sets it in one",
+        )
+    return chosen
+
+
 def bench(
     paths: Sequence[str | os.PathLike[str]],
     *,
@@ -92,7 +113,9 @@ def bench(
 ) -> BenchReport:
     """Benchmark every model in ``paths`` on ``device`` (see the module docstring).
 
-    ``params`` overrides program parameters per model name (``{"attention": {"S": 128}}``).
+    ``params`` overrides program parameters per model name (``{"attention": {"S": 128}}``);
+    under the key ``"*"``, for every model that declares the parameter (a name no model
+    declares is a :class:`UsageError`, before any work).
     ``progress``: True draws a progress bar on ``stream`` (stderr by default; redrawn in place
     on a terminal, one line per model otherwise), False is silent, None draws it only on a
     terminal. ``single`` is always run: it is the baseline of every speed-up.
@@ -107,8 +130,10 @@ def bench(
     bar = Progress(len(files) * (len(memories) * len(order) + 2 + len(allocs)), out, show)
 
     report = BenchReport(device=spec.name, models=[], params={})
+    every = _every_model(params.get("*", {}), files, spec)
     for path in files:
-        program = api.load(path, dict(params.get(path.stem, {})), device=spec)
+        chosen = {**every.get(path, {}), **params.get(path.stem, {})}
+        program = api.load(path, chosen, device=spec)
         name = program.name
         report.models.append(name)
         report.params[name] = dict(program.params)
@@ -120,7 +145,7 @@ def bench(
                 compiled = api.compile(program, device=spec, streams=policy, memory=memory)
                 result = api.run(compiled, device=spec, numerics=False)
                 base = result.makespan_us if base is None else base
-                report.policies.append(_policy_row(name, policy, memory, compiled, result, base))
+                report.policies.append(policy_row(name, policy, memory, compiled, result, base))
         bar.step(f"{name}: memory plans")
         report.memory.append(_memory_row(name, program, spec))
         report.allocation.append(_alloc_row(name, "static", program, spec))
@@ -177,7 +202,7 @@ def _check_choices(memories: Sequence[str], allocs: Sequence[str]) -> None:
         raise UsageError("bench needs at least one memory plan", hint="e.g. greedy")
 
 
-def _policy_row(
+def policy_row(
     name: str,
     policy: str,
     memory: str,
@@ -185,6 +210,9 @@ def _policy_row(
     result: RunResult,
     base: float,
 ) -> PolicyRow:
+    """The figures of one run of ``compiled`` under ``policy`` and ``memory``: makespan,
+    utilization per unit, events and waits, host time; ``base`` is the single-stream
+    makespan its speed-up is against (``rtgraph sweep`` records a point with it too)."""
     host_submit_us, host_overlap_us = _host_overlap(result)
     return PolicyRow(
         model=name,

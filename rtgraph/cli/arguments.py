@@ -26,7 +26,7 @@ NO_REFERENCE = "a compiled stream program carries no program to evaluate (run th
 #: The arguments that name files a command reads, and those that name files it writes.
 INPUT_ARGS = ("file", "files", "inputs", "params", "device", "records")
 
-OUTPUT_ARGS = ("output", "timeline", "trace", "memory_map", "memory_plot", "dag", "figure")
+OUTPUT_ARGS = ("output", "timeline", "trace", "memory_map", "memory_plot", "dag", "figure", "html")
 
 #: The folder ``rtgraph bench`` reads when given no files.
 BENCH_MODELS = "models"

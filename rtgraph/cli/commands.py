@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rtgraph import api
+from rtgraph import api, serving
 from rtgraph.cli.arguments import (
     BENCH_MODELS,
     NO_REFERENCE,
@@ -21,14 +21,19 @@ from rtgraph.cli.arguments import (
     is_compiled,
     load_program,
     npz_values,
+    parse_defines,
     read_compiled,
+    refuse_overwriting_inputs,
 )
+from rtgraph.cli.completion import SCRIPTS
+from rtgraph.cli.pages import is_sweep_folder, write_run_page, write_sweep_page
+from rtgraph.cli.parser import build_parser
 from rtgraph.compiler.memplan import greedy_by_size, plan, read_records_csv
 from rtgraph.compiler.optimizer.pipeline import optimized_ir
 from rtgraph.device import describe, list_devices
 from rtgraph.errors import RtgError, UsageError
 from rtgraph.files import write_atomic
-from rtgraph.frontend.onnx_import import import_onnx
+from rtgraph.frontend.onnx_import import OnnxProgram, import_onnx
 from rtgraph.ir.data import check_seed
 from rtgraph.ir.interpreter import check_supplied, evaluate
 from rtgraph.ir.printing import format_program
@@ -40,6 +45,7 @@ from rtgraph.reports.memory_snapshot import write_run_snapshot
 from rtgraph.reports.profiler import check_profile_options, profile, write_csvs
 from rtgraph.reports.rtg_source import emit_rtg
 from rtgraph.reports.trace import write_trace
+from rtgraph.serving import report as serving_report
 from rtgraph.stream_program.listing import compile_report, format_listing, to_dot
 from rtgraph.stream_program.races import check_races, describe_race, fix_hint
 
@@ -151,6 +157,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         )
     inputs = npz_values(args, "input", program, compiled)
     params = npz_values(args, "param", program, compiled)
+    if params is None and isinstance(program, OnnxProgram):  # the model's own weights
+        params = program.weights
     if program is not None:  # located errors for what the npz files miss, before the run
         check_supplied(program, inputs, params, fill_missing=args.fill_missing)
     supplied = {"inputs": inputs, "params": params, "seed": args.seed}
@@ -169,6 +177,14 @@ def cmd_run(args: argparse.Namespace) -> int:
         reference = api.reference(program, check=mode, fill_missing=args.fill_missing, **supplied)
         report = api.compare(result.outputs, reference)
     _write_reports(args, result, compiled, spec)
+    html = getattr(args, "html", None)
+    if html:
+        checked = report if mode != "none" else None
+        write_run_page(args, html, (program, compiled, spec), result, checked)
+    if getattr(args, "command", None) == "report":
+        makespan = f"makespan {result.makespan_us:,.3f} µs"
+        print(f"wrote {html}: {result.program} on {result.device}, {makespan}")
+        return 0
     if args.json:
         data = result.to_json()
         data["reference"] = {k: v["max_abs"] for k, v in report.items()}
@@ -197,6 +213,24 @@ def cmd_run(args: argparse.Namespace) -> int:
                     f"  {name:<16} max abs {r['max_abs']:.3g}  max rel {r['max_rel']:.3g}  "
                     f"{verdict}{odd}"
                 )
+    return 0
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    """``rtgraph report``: ``run`` with its HTML page as the product; for a folder ``rtgraph
+    sweep`` wrote, the sweep's page (:mod:`rtgraph.cli.pages`)."""
+    if is_sweep_folder(args.file):
+        print(f"wrote {write_sweep_page(args.file, args.output)}")
+        return 0
+    args.html = args.output or Path(args.file).with_suffix(".html").name
+    args.json, args.advise, args.memory_snapshot = False, False, None
+    refuse_overwriting_inputs(args)
+    return cmd_run(args)
+
+
+def cmd_completion(args: argparse.Namespace) -> int:
+    """``rtgraph completion bash|zsh``: the shell script, generated from the parser."""
+    print(SCRIPTS[args.shell](build_parser()), end="")
     return 0
 
 
@@ -294,6 +328,17 @@ def cmd_viz(args: argparse.Namespace) -> int:
     return 0
 
 
+def _bench_defines(pairs: Sequence[str] | None) -> dict[str, dict[str, int]]:
+    """``-D NAME=VALUE`` (every model declaring NAME: key ``*``) and ``-D MODEL.NAME=VALUE``."""
+    out: dict[str, dict[str, int]] = {}
+    for pair in pairs or ():
+        key, sep, value = pair.partition("=")
+        model, dot, name = key.rpartition(".")
+        parsed = parse_defines([f"{name}={value}" if sep else pair])
+        out.setdefault(model if dot else "*", {}).update(parsed)
+    return out
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     # matplotlib (rtgraph.bench draws its figure): loaded only when a benchmark is asked for
     from rtgraph import bench as headline
@@ -309,6 +354,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         policies=listed(args.streams, headline.POLICIES),
         memories=listed(args.memory, headline.MEMORY_PLANS),
         allocs=listed(args.alloc, headline.ALLOC_MODES),
+        params=_bench_defines(args.define),
     )
     text = json.dumps(report.to_json(), indent=1) if args.json else report.markdown()
     if args.figure:
@@ -328,13 +374,18 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
 def cmd_plan_memory(args: argparse.Namespace) -> int:
     records = read_records_csv(args.records)
-    placement = plan(records, alignment=args.alignment, method=args.method)
+    placement = plan(
+        records, alignment=args.alignment, method=args.method, time_limit=args.time_limit
+    )
     if args.json:
         print(
             json.dumps(
                 {
                     "height": placement.height,
                     "lower_bound": placement.lower_bound,
+                    "proven": placement.proven,
+                    "gap": placement.gap,
+                    "time_to_best": round(placement.time_to_best, 3),
                     "method": placement.method,
                     "offsets": placement.offsets,
                 }
@@ -343,9 +394,11 @@ def cmd_plan_memory(args: argparse.Namespace) -> int:
         return 0
     baseline = greedy_by_size(records, alignment=args.alignment)
     total = sum(r.size for r in records)
+    found = f"found after {placement.time_to_best:.2f} s" if placement.time_to_best else ""
     print(f"{args.records}: {len(records)} buffers")
-    print(f"  height          {placement.height:>14,}  ({placement.method})")
-    print(f"  lower bound     {placement.lower_bound:>14,}  (max live)")
+    print(f"  height          {placement.height:>14,}  ({placement.method}) {found}".rstrip())
+    why = "proven optimal" if placement.proven else f"gap {placement.gap:.2%}, not proven"
+    print(f"  lower bound     {placement.lower_bound:>14,}  ({why})")
     method = "" if baseline.method == "greedy_by_size" else f"  ({baseline.method})"
     print(f"  greedy-by-size  {baseline.height:>14,}{method}")
     print(f"  no reuse        {total:>14,}  (saving {1 - placement.height / max(total, 1):.1%})")
@@ -390,12 +443,109 @@ def cmd_ops(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    """``rtgraph serve``: requests through batching policies on the emulated device's step
+    costs; a table or JSON per policy, pictures with --out, the capacity under an SLO."""
+    for flag, value, least in (
+        ("--seeds", args.seeds, 1),
+        ("--denoise-steps", args.denoise_steps, 1),
+    ):
+        if value < least:
+            raise UsageError(f"{flag} {value}: at least {least}")
+    if args.capacity and not args.slo:
+        raise UsageError("--capacity needs --slo", hint="e.g. --slo ttft_p90=2s,tbt_p99=200ms")
+    kind, rate, cv, trace = serving.parse_arrivals(args.arrivals)
+    if args.capacity and kind == "trace":
+        raise UsageError("--capacity varies a generated rate", hint="use poisson:R or gamma:R,CV")
+    whole = float("inf") if kind == "trace" else 60.0
+    duration = serving.parse_duration(args.duration) if args.duration else whole
+    policies = [serving.parse_policy(p) for p in args.batching or ["none"]]
+    table = serving.StepTable.for_model(args.file, parse_defines(args.define), args.device)
+    slo = serving.parse_slo(args.slo, table.kind == "decoder") if args.slo else None
+    if args.profile:
+        table.load(args.profile)
+    lengths = serving.Lengths(args.prompt_len, args.output_len, args.prompts)
+    scenario = serving_report.Scenario(kind, rate, cv, trace, duration, args.seed, lengths)
+    prep = serving.parse_duration(args.host_prep, "--host-prep")
+    workload = serving.Workload(
+        args.denoise_steps, args.merge, args.kv_block, args.kv_blocks, prep, args.preempt
+    )
+    if args.capacity:
+        doc = serving_report.run_capacity(scenario, policies, table, workload, slo, args.seeds)
+        text = serving_report.format_capacity(doc)
+    else:
+        doc, outcomes = serving_report.run_policies(scenario, policies, table, workload, slo)
+        text = serving_report.format_runs(doc)
+        if args.out:
+            # The pictures load matplotlib: only when asked for (see docs/architecture.md).
+            from rtgraph.serving.pictures import write_pictures
+
+            for path in write_pictures(
+                args.out, doc, outcomes, scenario, policies, table, workload
+            ):
+                text += f"wrote {path}\n"
+    if args.profile:
+        table.save(args.profile)
+    print(serving_report.to_json(doc) if args.json else text, end="")
+    return 0
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    """``rtgraph sweep``: every point of a sweep file, the tidy table and its sidecar."""
+    # Dask (engine) and matplotlib (the pictures): loaded only when a sweep is asked for.
+    from rtgraph.reports.sweep_plots import plot_columns
+    from rtgraph.sweep import run_sweep
+    from rtgraph.sweep.table import column
+
+    out = Path(args.out or f"{Path(args.file).stem}.sweep")
+    done = run_sweep(
+        args.file,
+        out,
+        workers=args.workers,
+        scheduler=args.scheduler,
+        resume=args.resume,
+        pareto=args.pareto,
+        progress=not args.json and sys.stdout.isatty(),
+    )
+    rows, pictures = done.rows, []
+    pairs = [p.split(",") for p in args.plot]
+    if args.pareto:
+        first, second = (c.lstrip("-") for c in args.pareto.split(",")[:2])
+        pairs.insert(0, [first, second, "pareto"])
+    for pair in pairs:
+        if len(pair) < 2 or not all(pair[:2]):
+            raise UsageError(f"--plot {','.join(pair)}: expected X,Y", hint="makespan,memory")
+        x, y = column(rows, pair[0]), column(rows, pair[1])
+        name = "pareto.png" if pair[2:] else f"{x}-vs-{y}.png"
+        front = [bool(r["pareto"]) for r in rows] if pair[2:] else None
+        pictures.append(plot_columns(rows, x, y, out / name, front=front))
+    if args.json:
+        print(json.dumps(done.meta, indent=1))
+        return 0
+    meta = done.meta
+    refused = sum(1 for r in rows if r["error"])
+    print(
+        f"{meta['points']} points: {meta['computed']} computed, {meta['cached']} from the "
+        f"cache ({meta['engine']}, {meta['workers']} worker(s), {meta['wall_s']:.1f} s)"
+        + (f"; {refused} refused (see the error column)" if refused else "")
+    )
+    if meta.get("dashboard"):
+        print(f"dashboard: {meta['dashboard']}")
+    if args.pareto:
+        print(f"Pareto front of {args.pareto}: {sum(r['pareto'] for r in rows)} points")
+    for path in [*done.files, *pictures]:
+        print(f"wrote {path}")
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "check": cmd_check,
     "compile": cmd_compile,
     "explain": cmd_explain,
     "eval": cmd_eval,
     "run": cmd_run,
+    "report": cmd_report,
+    "completion": cmd_completion,
     "plan-memory": cmd_plan_memory,
     "import": cmd_import,
     "devices": cmd_devices,
@@ -404,4 +554,6 @@ COMMANDS: dict[str, Callable[[argparse.Namespace], int]] = {
     "profile": cmd_profile,
     "viz": cmd_viz,
     "bench": cmd_bench,
+    "serve": cmd_serve,
+    "sweep": cmd_sweep,
 }

@@ -7,8 +7,14 @@ streams had to become an event (or was implied by another one): those are drawn 
 dependency inside one stream is kept by stream order alone and is drawn faint. Putting two
 policies side by side shows what a policy trades: fewer streams, fewer events, less overlap.
 
-Artists carry gids: ``nodes:<unit>`` (one scatter per unit), ``edges:cross`` and
-``edges:stream``.
+Dependencies are not the only orderings: the compiler also waits on events where tasks reuse
+each other's bytes, and a program may wait on its own events. Every event hand-off that no
+dependency explains is drawn too, dashed red ("event only"), so the picture shows every wait.
+Up to :data:`MAX_NODE_LABELS` tasks are labelled with their names, up to
+:data:`MAX_ID_LABELS` with their ids.
+
+Artists carry gids: ``nodes:<unit>`` (one scatter per unit), ``edges:cross``,
+``edges:stream`` and ``edges:event-only``; the legend ``legend``.
 """
 
 from __future__ import annotations
@@ -25,11 +31,14 @@ from matplotlib.lines import Line2D
 
 from rtgraph.errors import StreamProgramError, UsageError
 from rtgraph.reports.style import new_figure, stream_color, unit_order
+from rtgraph.stream_program.listing import event_edges
 from rtgraph.stream_program.program import StreamProgram, Wait
 
 UNIT_MARKERS = {"cube": "s", "vector": "o", "dma": "^"}
 CROSS_COLOR = "#C0392B"
 MAX_NODE_LABELS = 80
+MAX_ID_LABELS = 250
+LEGEND_ENTRY_IN = 1.7  # inches a legend entry takes, to fit the legend to the picture
 
 
 @dataclass(frozen=True)
@@ -41,6 +50,7 @@ class DagLayout:
     stream: np.ndarray  # stream of each task, by task id
     edges: np.ndarray  # (m, 2) dependency pairs (src, dst), in task-id order
     cross: np.ndarray  # (m,) True where src and dst are on different streams
+    event_only: np.ndarray  # (k, 2) event hand-offs no dependency explains (reuse, own waits)
 
     @property
     def generations(self) -> int:
@@ -79,16 +89,21 @@ def dag_layout(program: StreamProgram) -> DagLayout:
         y[ids] = (len(ids) - 1) / 2 - np.arange(len(ids))
     edges = np.array(sorted(pairs, key=lambda p: (p[1], p[0])), dtype=np.int64).reshape(-1, 2)
     cross = stream[edges[:, 0]] != stream[edges[:, 1]] if edges.size else np.zeros(0, bool)
-    return DagLayout(x, y, stream, edges, cross)
+    known = set(pairs)
+    extra = sorted({(a, b) for a, b, _ in event_edges(program) if (a, b) not in known})
+    event_only = np.array(extra, dtype=np.int64).reshape(-1, 2)
+    return DagLayout(x, y, stream, edges, cross, event_only)
 
 
-def edge_paths(layout: DagLayout, points: int = 12) -> np.ndarray:
-    """``(m, points, 2)`` polylines: straight between neighbouring columns, bowed otherwise.
+def edge_paths(layout: DagLayout, points: int = 12, edges: np.ndarray | None = None) -> np.ndarray:
+    """``(m, points, 2)`` polylines (of ``edges``, default the dependencies): straight between
+    neighbouring columns, bowed otherwise.
 
     An edge that skips columns is bent away from the middle row (more the further it reaches)
     so it does not run through the nodes of the columns it passes.
     """
-    src, dst = layout.edges[:, 0], layout.edges[:, 1]
+    pairs = layout.edges if edges is None else edges
+    src, dst = pairs[:, 0], pairs[:, 1]
     p0 = np.stack([layout.x[src], layout.y[src]], axis=1)[:, None, :]
     p1 = np.stack([layout.x[dst], layout.y[dst]], axis=1)[:, None, :]
     span = layout.x[dst] - layout.x[src]
@@ -104,9 +119,23 @@ def _short(name: str, limit: int = 14) -> str:
     return name if len(name) <= limit else name[: limit - 1] + "…"
 
 
-def _draw_dag(ax: Axes, program: StreamProgram, layout: DagLayout, title: str | None) -> None:
+def _draw_dag(
+    ax: Axes, program: StreamProgram, layout: DagLayout, title: str | None, width_in: float
+) -> None:
     n = len(program.tasks)
     segs = edge_paths(layout)
+    extra = edge_paths(layout, edges=layout.event_only)
+    ax.add_collection(
+        LineCollection(
+            extra,
+            colors=CROSS_COLOR,
+            linewidths=1.1,
+            linestyles=(0, (3, 2)),
+            alpha=0.9,
+            zorder=2,
+            gid="edges:event-only",
+        )
+    )
     faint = LineCollection(
         segs[~layout.cross], colors="0.6", linewidths=0.6, alpha=0.5, zorder=1, gid="edges:stream"
     )
@@ -136,21 +165,21 @@ def _draw_dag(ax: Axes, program: StreamProgram, layout: DagLayout, title: str | 
             zorder=3,
             gid=f"nodes:{unit}",
         )
-    if n <= MAX_NODE_LABELS:
+    if n <= MAX_ID_LABELS:
         for t in program.tasks:
             above = int(layout.x[t.id]) % 2 == 1  # alternate so neighbours' names do not collide
             ax.annotate(
-                _short(t.name),
+                _short(t.name) if n <= MAX_NODE_LABELS else f"t{t.id}",
                 (layout.x[t.id], layout.y[t.id]),
                 xytext=(0, 7 if above else -7),
                 textcoords="offset points",
                 ha="center",
                 va="bottom" if above else "top",
-                fontsize=6,
+                fontsize=6 if n <= MAX_NODE_LABELS else 5,
                 clip_on=True,
             )
     reach = float(np.abs(layout.y).max()) if n else 0.0
-    bowed = float(np.abs(segs[:, :, 1]).max()) if segs.size else 0.0
+    bowed = max((float(np.abs(p[:, :, 1]).max()) for p in (segs, extra) if p.size), default=0.0)
     pad_y = max(reach, bowed, 0.5) + 0.6
     ax.set_xlim(-0.6, max(layout.generations - 1, 0) + 0.6)
     ax.set_ylim(-pad_y, pad_y)
@@ -172,18 +201,44 @@ def _draw_dag(ax: Axes, program: StreamProgram, layout: DagLayout, title: str | 
         Line2D([], [], marker="o", linestyle="", color=stream_color(s.id), label=f"{s.id} {s.name}")
         for s in streams
     ]
+    units = unit_order([t.unit for t in program.tasks])
     handles += [
-        Line2D([], [], color=CROSS_COLOR, linewidth=1.6, label="cross-stream (event)"),
-        Line2D([], [], color="0.6", linewidth=0.6, label="same stream"),
+        Line2D(
+            [],
+            [],
+            marker=UNIT_MARKERS.get(u, "D"),
+            linestyle="",
+            color="white",
+            markeredgecolor="black",
+            label=u,
+        )
+        for u in units
     ]
-    ax.legend(
+    handles += [
+        Line2D([], [], color=CROSS_COLOR, linewidth=1.6, label="cross-stream dep (event)"),
+        Line2D([], [], color="0.6", linewidth=0.6, label="same-stream dep"),
+    ]
+    if layout.event_only.size:
+        handles.append(
+            Line2D(
+                [],
+                [],
+                color=CROSS_COLOR,
+                linewidth=1.1,
+                linestyle=(0, (3, 2)),
+                label="event only (reuse, own wait)",
+            )
+        )
+    legend = ax.legend(
         handles=handles,
         loc="upper center",
-        bbox_to_anchor=(0.5, -0.14),
-        ncols=min(len(handles), 5),
+        bbox_to_anchor=(0.5, 0.0),
+        borderaxespad=4.8,  # in font sizes (7 pt): below the tick labels and the axis label
+        ncols=max(1, min(len(handles), int(width_in / LEGEND_ENTRY_IN))),
         fontsize=7,
         frameon=False,
     )
+    legend.set_gid("legend")
 
 
 def _count(k: int, noun: str) -> str:
@@ -200,8 +255,9 @@ def _size(layout: DagLayout) -> tuple[float, float]:
 def plot_dag(program: StreamProgram, *, title: str | None = None) -> Figure:
     """The task DAG by topological generation, nodes coloured by stream, events in bold."""
     layout = dag_layout(program)
-    fig = new_figure(*_size(layout))
-    _draw_dag(fig.add_subplot(), program, layout, title)
+    width, height = _size(layout)
+    fig = new_figure(width, height)
+    _draw_dag(fig.add_subplot(), program, layout, title, width)
     return fig
 
 
@@ -217,6 +273,7 @@ def plot_dag_compare(programs: Mapping[str, StreamProgram]) -> Figure:
     height = max(h for _, h in sizes)
     fig = new_figure(width, height)
     axes = fig.subplots(1, len(programs), squeeze=False, width_ratios=[w for w, _ in sizes])[0]
-    for ax, (name, program) in zip(axes, programs.items(), strict=True):
-        _draw_dag(ax, program, layouts[name], name)
+    scale = width / sum(w for w, _ in sizes)
+    for ax, (name, program), (w, _) in zip(axes, programs.items(), sizes, strict=True):
+        _draw_dag(ax, program, layouts[name], name, w * scale)
     return fig

@@ -30,6 +30,11 @@ OP_CLASS_COLORS: dict[str, str] = {
     "h2d": "#009E73",
     "d2h": "#56B4E9",
     "dma copy": "#8FBC8F",
+    # Synthetic kernels (``kernel(unit = …)``) in a pale tint of their unit's main class, so a
+    # DAG of them still shows which unit each task holds; "synthetic" is the unit-less rest.
+    "synthetic cube": "#8CBBE0",
+    "synthetic vector": "#F5CE7A",
+    "synthetic dma": "#A8D5BA",
     "synthetic": "#999999",
 }
 
@@ -80,14 +85,15 @@ SAVE_FORMATS = {".png": "png", ".svg": "svg", ".pdf": "pdf"}
 _NO_DATES = {"svg": {"Date": None}, "pdf": {"CreationDate": None}}
 
 
-def op_class(op: str) -> str:
-    """The class a task's op belongs to, for colouring: one of :data:`OP_CLASS_COLORS`."""
+def op_class(op: str, unit: str | None = None) -> str:
+    """The class a task's op belongs to, for colouring: one of :data:`OP_CLASS_COLORS`
+    (``unit`` places a synthetic kernel: ``synthetic cube`` and so on)."""
     if op in ("h2d", "d2h"):
         return op
     if op == "copy":
         return "dma copy"
     if op == "kernel":
-        return "synthetic"
+        return f"synthetic {unit}" if f"synthetic {unit}" in OP_CLASS_COLORS else "synthetic"
     if op in REDUCTIONS:
         return "reduction/norm"
     if op in DATA_MOVES:
@@ -104,11 +110,24 @@ def op_class(op: str) -> str:
     return "elementwise"
 
 
-def op_colors(ops: Sequence[str]) -> np.ndarray:
-    """RGBA rows, one per op name, by op class (classified once per distinct name)."""
-    names, inverse = np.unique(np.asarray(ops, dtype=object).astype(str), return_inverse=True)
-    table = np.array([to_rgba(OP_CLASS_COLORS[op_class(n)]) for n in names]).reshape(-1, 4)
+def task_class(op: str, unit: str) -> str:
+    """:func:`op_class` of a task: its op, and its unit when it is a synthetic kernel."""
+    return op_class(op, unit if op == "kernel" else None)
+
+
+def op_colors(ops: Sequence[str], units: Sequence[str] | None = None) -> np.ndarray:
+    """RGBA rows, one per op name (with its task's unit, for synthetic kernels), by op class
+    (classified once per distinct pair)."""
+    keys = [f"{op}\t{u}" for op, u in zip(ops, units, strict=True)] if units is not None else ops
+    names, inverse = np.unique(np.asarray(keys, dtype=object).astype(str), return_inverse=True)
+    table = np.array([to_rgba(OP_CLASS_COLORS[task_class(*_split(n))]) for n in names])
+    table = table.reshape(-1, 4)
     return table[inverse.reshape(-1)] if len(ops) else np.zeros((0, 4))
+
+
+def _split(key: str) -> tuple[str, str]:
+    op, _, unit = key.partition("\t")
+    return op, unit
 
 
 def stream_color(stream: int) -> str:

@@ -7,7 +7,8 @@ Lanes, top to bottom:
 * one lane per stream — its tasks coloured by op class, labelled where a label fits, and the
   time its head spent in an event wait hatched;
 * one lane per unit (``cube cores``, ``vector cores``, ``dma engines``) — the same tasks at
-  their core occupancy: a task on 8 of 24 cores is a third of the lane high;
+  their core occupancy: a task on 8 of 24 cores is a third of the lane high (and none less
+  than an eighth, :data:`MIN_LANE_SHARE`, so a one-core task stays visible);
 * under it, when the program is given, a strip of device memory in use (the memory plan's
   regions, live from their first task's start to their last task's end).
 
@@ -46,10 +47,10 @@ from rtgraph.reports.style import (
     UNIT_LANE_NAMES,
     WAIT_COLOR,
     new_figure,
-    op_class,
     op_colors,
     rectangles,
     save_figure,
+    task_class,
     unit_order,
 )
 from rtgraph.stream_program.program import StreamProgram
@@ -171,6 +172,17 @@ def unit_cores(result: RunResult, device: DeviceSpec | None = None) -> dict[str,
     return cores
 
 
+#: The least share of a unit lane a task is drawn with: a one-core task on a 24-core Cube is
+#: drawn as three cores, so it can be seen (its tooltip, label and the figures keep the truth).
+MIN_LANE_SHARE = 8
+
+
+def drawn_cores(cores: np.ndarray, capacity: int) -> np.ndarray:
+    """The cores each task is drawn with: its own, or an eighth of the unit if that is more
+    (slots are found for these widths, so no two tasks' rectangles overlap)."""
+    return np.maximum(cores, -(-max(capacity, 1) // MIN_LANE_SHARE))
+
+
 def core_slots(
     start: np.ndarray, end: np.ndarray, cores: np.ndarray, capacity: int
 ) -> tuple[np.ndarray, int]:
@@ -256,7 +268,7 @@ def _draw_host(ax: Axes, result: RunResult, rows: dict[str, Lane], window) -> No
 
 
 def _draw_streams(ax: Axes, result: RunResult, tasks: _Tasks, rows: dict[str, Lane]) -> None:
-    colors = op_colors(tasks.ops)
+    colors = op_colors(tasks.ops, list(tasks.unit))
     thin = tasks.ids.size > THIN_EDGES
     edge = np.where(tasks.failed[:, None], np.array([[0.85, 0.0, 0.0, 1.0]]), [[1, 1, 1, 1.0]])
     for s in result.streams:
@@ -303,15 +315,15 @@ def _draw_waits(ax: Axes, result: RunResult, rows: dict[str, Lane], window) -> N
 def _draw_units(
     ax: Axes, tasks: _Tasks, rows: dict[str, Lane], capacity: Mapping[str, int]
 ) -> None:
-    colors = op_colors(tasks.ops)
+    colors = op_colors(tasks.ops, list(tasks.unit))
     for lane in rows.values():
         if lane.group != "unit":
             continue
         unit = lane.key.removeprefix("unit:")
         mask = tasks.unit == unit
-        offset, top = core_slots(
-            tasks.start[mask], tasks.end[mask], tasks.cores[mask], capacity.get(unit, 1)
-        )
+        room = capacity.get(unit, 1)
+        cores = drawn_cores(tasks.cores[mask], room)
+        offset, top = core_slots(tasks.start[mask], tasks.end[mask], cores, room)
         scale = LANE_HEIGHT / max(top, 1)
         y0 = lane.bottom + scale * offset
         _draw_rects(
@@ -320,7 +332,7 @@ def _draw_units(
             tasks.start[mask],
             tasks.end[mask],
             y0,
-            y0 + scale * tasks.cores[mask],
+            y0 + scale * cores,
             facecolors=colors[mask],
             edgecolors="white",
             linewidths=0.0 if tasks.ids.size > THIN_EDGES else 0.4,
@@ -450,7 +462,7 @@ def _draw_run(
 
 def _legend(fig: Figure, results: Sequence[RunResult]) -> None:
     """One legend for the figure, naming only what some run shows."""
-    classes = {op_class(t.op) for r in results for t in r.tasks if t.start is not None}
+    classes = {task_class(t.op, t.unit) for r in results for t in r.tasks if t.start is not None}
     handles: list = [Patch(color=c, label=k) for k, c in OP_CLASS_COLORS.items() if k in classes]
     if any(w.end > w.start for r in results for w in r.event_waits):
         handles.append(

@@ -32,6 +32,26 @@ def _bytes(ranges: tuple[tuple[int, int], ...]) -> str:
     return ",".join(f"{a:#x}+{b - a}" for a, b in ranges) or "-"
 
 
+def event_labels(program: StreamProgram) -> dict[int, str]:
+    """Each record and wait of ``program`` (by ``id()`` of the command) named by its event
+    and generation: ``e3.2`` is the second record of event id 3 in submission order, and a
+    wait names the generation it waits for (the latest record submitted before it; ``.0``:
+    none yet, it passes at once). The program's own events keep their names (``copied.1``).
+    Event ids are reused once a record's last wait is submitted, so the id alone does not
+    say which record a wait pairs with; the generation does."""
+    names = list(program.meta.get("event_names") or ())
+    generation: dict[int, int] = {}
+    labels: dict[int, str] = {}
+    for c in program.commands:
+        if type(c) is Record:
+            generation[c.event] = generation.get(c.event, 0) + 1
+        elif type(c) is not Wait:
+            continue
+        name = names[c.event] if c.event < len(names) else f"e{c.event}"
+        labels[id(c)] = f"{name}.{generation.get(c.event, 0)}"
+    return labels
+
+
 def format_listing(program: StreamProgram) -> str:
     lines = [
         f"; stream program '{program.name}' for device '{program.device}'",
@@ -40,6 +60,7 @@ def format_listing(program: StreamProgram) -> str:
         f"({program.memory.policy})",
     ]
     per_stream = program.stream_commands()
+    label = event_labels(program)
     for s in program.streams:
         prio = f" priority {s.priority}" if s.priority else ""
         lines.append(f"stream {s.id} '{s.name}'{prio}:")
@@ -51,9 +72,9 @@ def format_listing(program: StreamProgram) -> str:
                     f" r={_bytes(t.reads)} w={_bytes(t.writes)}{_source(t)}"
                 )
             elif isinstance(c, Record):
-                lines.append(f"  record e{c.event}")
+                lines.append(f"  record {label[id(c)]}")
             elif isinstance(c, Wait):
-                lines.append(f"  wait   e{c.event}")
+                lines.append(f"  wait   {label[id(c)]}")
             elif isinstance(c, Barrier):
                 lines.append("  barrier")
             elif isinstance(c, Callback):
@@ -74,15 +95,17 @@ def compile_report(program: StreamProgram) -> list[str]:
     out = []
     stats = program.meta.get("barriers")
     if stats:
+        own = int(program.meta.get("user_events", 0))
         out.append(
-            "hazards {hazards}, implied {implied}, waits {waits}, records {records}, "
-            "barriers {barriers}, peak live events {events_peak}".format(**stats)
+            "inserted by the compiler: hazards {hazards}, implied {implied}, waits {waits}, "
+            "records {records}, barriers {barriers}, peak live events {events_peak}".format(**stats)
+            + (f"; the program's own events: {own}" if own else "")
         )
     mem = program.meta.get("memory")
     if mem and not program.memory.policy.startswith("runtime:"):
         out.append(
-            f"memory ({mem['policy']}): activations {mem['pool_bytes']:,} B, max-live lower "
-            f"bound {mem['pool_lower_bound']:,} B, no reuse {mem['pool_none_bytes']:,} B "
+            f"memory ({mem['policy']}): activations {mem['pool_bytes']:,} B, lower bound "
+            f"{mem['pool_lower_bound']:,} B, no reuse {mem['pool_none_bytes']:,} B "
             f"(saving {mem['saving']:.1%}); resident {mem['resident_bytes']:,} B"
         )
     alloc = program.meta.get("alloc")
@@ -95,18 +118,65 @@ def compile_report(program: StreamProgram) -> list[str]:
     return out
 
 
+def event_edges(program: StreamProgram) -> list[tuple[int, int, str]]:
+    """``(src task, dst task, label)`` per event hand-off: the task launched on the recording
+    stream before the record, to the first task launched on the waiting stream after the
+    wait (waits that pass at once, with no record before them, draw nothing)."""
+    label = event_labels(program)
+    last: dict[int, int] = {}  # stream → its latest launched task
+    recorded: dict[int, tuple[int, str]] = {}  # event → (source task, label), latest
+    pending: dict[int, list[tuple[int, str]]] = {}  # stream → hand-offs for its next launch
+    edges: list[tuple[int, int, str]] = []
+    for c in program.commands:
+        if type(c) is Launch:
+            for src, name in pending.pop(c.stream, ()):
+                if src != c.task:
+                    edges.append((src, c.task, name))
+            last[c.stream] = c.task
+        elif type(c) is Record and c.stream in last:
+            recorded[c.event] = (last[c.stream], label[id(c)])
+        elif type(c) is Wait and c.event in recorded:
+            src, name = recorded[c.event]
+            if name == label[id(c)]:
+                pending.setdefault(c.stream, []).append((src, name))
+    return edges
+
+
 def to_dot(program: StreamProgram) -> str:
-    """The task DAG as Graphviz DOT, nodes coloured by stream, event edges bold."""
+    """The task DAG as Graphviz DOT: one cluster per stream, nodes coloured by stream, data
+    edges dashed within a stream and bold across, event hand-offs red with their event's
+    name, and a legend saying so."""
     stream_of = program.task_stream()
-    lines = [f'digraph "{program.name}" {{', "  rankdir=TB;", "  node [style=filled, shape=box];"]
-    for t in program.tasks:
-        colour = PALETTE[stream_of[t.id] % len(PALETTE)]
-        label = f"t{t.id} {t.op}\\n{t.name}"
-        lines.append(f'  t{t.id} [label="{label}", fillcolor="{colour}", fontcolor=white];')
+    lines = [
+        f'digraph "{program.name}" {{',
+        "  rankdir=TB;",
+        "  node [style=filled, shape=box, fontname=Helvetica];",
+        "  edge [fontname=Helvetica, fontsize=9];",
+    ]
+    for s in program.streams:
+        colour = PALETTE[s.id % len(PALETTE)]
+        lines.append(f"  subgraph cluster_stream{s.id} {{")
+        lines.append(f'    label="stream {s.id} {s.name}"; color="{colour}"; fontcolor="{colour}";')
+        for t in program.tasks:
+            if stream_of.get(t.id) == s.id:
+                label = f"t{t.id} {t.op}\\n{t.name}".replace('"', "'")
+                fill = f'fillcolor="{colour}", fontcolor=white'
+                lines.append(f'    t{t.id} [label="{label}", {fill}];')
+        lines.append("  }")
     for t in program.tasks:
         for d in t.deps:
-            cross = stream_of[d] != stream_of[t.id]
-            style = "bold" if cross else "dashed"
+            style = "bold" if stream_of.get(d) != stream_of.get(t.id) else "dashed"
             lines.append(f"  t{d} -> t{t.id} [style={style}];")
-    lines.append("}")
+    for src, dst, name in event_edges(program):
+        lines.append(f'  t{src} -> t{dst} [color="#C0392B", penwidth=1.6, label="{name}"];')
+    lines += [
+        "  subgraph cluster_legend {",
+        '    label="legend"; color="#999999"; fontcolor="#555555";',
+        '    legend [shape=note, style="", label="box: a task (id, op, name), coloured by its'
+        " stream\\ldashed: data dependency on one stream (stream order keeps it)\\lbold:"
+        " data dependency across streams\\lred: an event hand-off, record -> wait"
+        ' (event.generation)\\l"];',
+        "  }",
+        "}",
+    ]
     return "\n".join(lines) + "\n"
