@@ -106,7 +106,7 @@ class _Grammar:
     keywords: dict[str, str]
 
 
-def _grammar_text() -> str:
+def grammar_text() -> str:
     """The grammar's source: package data of an installed rtgraph, or, when rtgraph runs from a
     source checkout that was not installed, the repository's own ``grammars/``."""
     try:
@@ -120,7 +120,7 @@ def _grammar_text() -> str:
 def grammar() -> _Grammar:
     """The grammar, compiled once per process."""
     parser = Lark(
-        _grammar_text(),
+        grammar_text(),
         parser="lalr",
         lexer="basic",
         keep_all_tokens=True,

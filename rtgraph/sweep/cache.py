@@ -21,16 +21,25 @@ import rtgraph
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.device.spec import DeviceSpec
 from rtgraph.files import write_atomic
+from rtgraph.frontend.parser import grammar_text
 
 
 @cache
 def code_version() -> str:
-    """``VERSION+HASH``: rtgraph's version and a hash of its installed sources and specs."""
+    """``VERSION+HASH``: rtgraph's version and a hash of its sources, specs and grammar.
+
+    The same code gives the same hash from a source checkout and from an install of it: the
+    grammar (``grammars/`` in a checkout, the package ``rtgraph.grammars`` once installed) is
+    hashed by its text, wherever it was found, and not as files under the package."""
     root = Path(rtgraph.__file__).parent
     digest = hashlib.sha256()
     for path in sorted([*root.rglob("*.py"), *root.rglob("*.toml")]):
-        digest.update(str(path.relative_to(root)).encode("utf-8") + b"\0")
+        relative = path.relative_to(root)
+        if relative.parts[0] in ("grammars", "__pycache__"):
+            continue
+        digest.update(str(relative).encode("utf-8") + b"\0")
         digest.update(path.read_bytes())
+    digest.update(grammar_text().encode("utf-8"))
     return f"{rtgraph.__version__}+{digest.hexdigest()[:12]}"
 
 
