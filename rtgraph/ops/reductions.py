@@ -169,15 +169,20 @@ GROUPNORM = OpDef(
 )
 
 
-def _batchnorm_infer(types: Types, attrs: Attrs) -> TensorType:
-    x = types[0]
-    need_float("batchnorm", x, 0)
+def need_channels(op: str, x: TensorType) -> None:
+    """An op over the channels (axis 1) of a float N, C, ... input: its input's checks."""
+    need_float(op, x, 0)
     if x.rank < 2:
         raise OpError(
-            f"batchnorm: input must have rank 2 or more (N, C, ...), got {x}",
+            f"{op}: input must have rank 2 or more (N, C, ...), got {x}",
             arg=0,
             hint="the channels are axis 1: [N, C] or [N, C, H, W]",
         )
+
+
+def _batchnorm_infer(types: Types, attrs: Attrs) -> TensorType:
+    x = types[0]
+    need_channels("batchnorm", x)
     at_least("batchnorm", "eps", attrs["eps"], 0)
     same_dtype("batchnorm", types)
     for i, label in enumerate(("gamma", "beta", "mean", "var"), 1):
@@ -211,13 +216,7 @@ BATCHNORM = OpDef(
 
 def _lrn_infer(types: Types, attrs: Attrs) -> TensorType:
     x = types[0]
-    need_float("lrn", x, 0)
-    if x.rank < 2:
-        raise OpError(
-            f"lrn: input must have rank 2 or more (N, C, ...), got {x}",
-            arg=0,
-            hint="the channels are axis 1: [N, C] or [N, C, H, W]",
-        )
+    need_channels("lrn", x)
     at_least("lrn", "size", attrs["size"], 1)
     return x
 
