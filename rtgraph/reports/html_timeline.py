@@ -153,9 +153,8 @@ def svg_timeline(
         tip += f"{us(w.start)} → {us(w.end)}"
         y = top(lane) + LANE_H * 0.78
         out.append(_rect(x_of(w.start), x_of(w.end), y, LANE_H * 0.22, WAIT_COLOR, tip, "wait"))
-    colour = {name: OP_CLASS_COLORS[name] for name in OP_CLASS_COLORS}
     tips = [task_tip(t, names) for t in tasks]
-    fills = [colour[task_class(t.op, t.unit)] for t in tasks]
+    fills = [OP_CLASS_COLORS[task_class(t.op, t.unit)] for t in tasks]
     for t, tip, fill in zip(tasks, tips, fills, strict=True):
         lane = by_key.get(f"stream{t.stream}")
         if lane is not None:
@@ -223,8 +222,8 @@ def svg_memory(
         return "", ""
     note = ""
     if len(blocks) > limit:
+        note = f"the {limit:,} largest of {len(blocks):,} regions"
         blocks = sorted(blocks, key=lambda b: -b.size)[:limit]
-        note = f"the {limit:,} largest of {len(blocks_from_plan(program, result)):,} regions"
     t_end = max(float(result.makespan_us), 1e-9)
     top_byte = max(b.address + b.size for b in blocks) or 1
     width, height = LABEL_W + PLOT_W + 10, MEMORY_H + AXIS_H + 10
