@@ -129,6 +129,13 @@ SCRIPTS: tuple[tuple[str, list[str], list[str], str], ...] = (
         "image model; decoder capacity per policy under an SLO",
     ),
     (
+        "precision",
+        ["benchmarks/precision.py"],
+        ["benchmarks/precision.py", "--quick"],
+        "f32 / f16 / int8 / auto on the UNet block and the naive transformer: speed against f32, "
+        "error against the f32 program (issue 17: auto ≥ 1.4× at cosine ≥ 0.999)",
+    ),
+    (
         "sweep",
         ["benchmarks/sweep.py"],
         ["benchmarks/sweep.py", "--quick"],

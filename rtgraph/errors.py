@@ -216,3 +216,8 @@ class KernelFault(DeviceError):
 
 class OutOfMemoryError(RtgError):
     """An allocator could not serve a request."""
+
+
+class PrecisionWarning(UserWarning):
+    """The precision pass could not do what was asked and did something safer (the message
+    says what and why); the command line prints it as ``warning: …``."""

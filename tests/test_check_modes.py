@@ -192,7 +192,7 @@ def test_the_cli_says_what_a_sample_covered(capsys):
         ("matmul", [(130, 40), (40, 24)], "f16", {}),  # three row blocks, the last short
         ("matmul", [(3, 70, 16), (16, 8)], "f32", {}),
         ("matmul", [(5, 16), (16,)], "f16", {}),  # a rank-1 operand: one call
-        ("matmul", [(70, 16), (16, 8)], "i8", {}),  # integers: rounded, then stored
+        ("matmul", [(70, 16), (16, 8)], "i8", {}),  # i8 × i8: an i32 result, then stored
         ("softmax", [(6, 33)], "f16", {"axis": -1}),
         ("exp", [(4, 9)], "f16", {}),
         ("add", [(4, 9), (9,)], "bf16", {}),
@@ -208,7 +208,7 @@ def test_a_kernel_writes_into_memory_exactly_what_it_returns(op, shapes, dtype, 
     arrays = [to_value(rng.standard_normal(s) * 4, dtype) for s in shapes]
     found = lookup(op)
     out_type = found.infer([TensorType(s, dtype) for s in shapes], attrs)
-    expected = to_storage(run_kernel(found, arrays, attrs, out_type), dtype)
-    into = np.full(out_type.shape, 7, DTYPES[dtype].storage)
+    expected = to_storage(run_kernel(found, arrays, attrs, out_type), out_type.dtype)
+    into = np.full(out_type.shape, 7, DTYPES[out_type.dtype].storage)
     assert run_kernel(found, arrays, attrs, out_type, into=into) is into
     assert into.tobytes() == np.ascontiguousarray(expected).tobytes()

@@ -18,8 +18,8 @@ from rtgraph.ops import FAMILIES, OpError, all_ops, language_ops, lookup, run_ke
 SPEC_OPS = {
     "cube": "matmul conv2d",
     "vector": "add sub mul div neg exp log sqrt rsqrt tanh sigmoid relu gelu silu erf maximum "
-    "minimum pow scale where cast softmax layernorm rmsnorm groupnorm batchnorm lrn reduce_sum "
-    "reduce_mean reduce_max concat slice pool2d",
+    "minimum pow scale where cast quantize dequantize softmax layernorm rmsnorm groupnorm "
+    "batchnorm lrn reduce_sum reduce_mean reduce_max concat slice pool2d",
     "layout": "reshape transpose broadcast_to",
     "dma": "copy",
     "synthetic": "kernel",
@@ -162,10 +162,14 @@ def test_f16_matmul_accumulates_in_f32_and_rounds_once():
     assert got.dtype == np.float16
 
 
-def test_integer_matmul_accumulates_wide_and_wraps():
+def test_int8_matmul_accumulates_in_i32_and_i32_wraps():
     a = arr([[100, 100]], "i8")
     b = arr([[2], [1]], "i8")
-    assert run("matmul", [a, b], ["i8", "i8"])[0, 0] == np.int8(np.int64(300).astype(np.int8))
+    got = run("matmul", [a, b], ["i8", "i8"])
+    assert got.dtype == np.int32 and got[0, 0] == 300  # the Cube's i32 accumulator, no wrap
+    big = arr([[2**30, 2**30]], "i32")
+    twos = arr([[1], [1]], "i32")
+    assert run("matmul", [big, twos], ["i32", "i32"])[0, 0] == -(2**31)  # i32 wraps past 2**31
 
 
 # --- conv2d --------------------------------------------------------------------------------

@@ -49,15 +49,20 @@ def _cases():
             yield pytest.param(path, k, title, source, expected, id=f"{path.stem}-{k}")
 
 
-def _after(source: str, name: str) -> str:
+def _after(source: str, name: str, title: str = "") -> str:
+    """The fixture's program after pass ``name``; a title ending ``[precision=MODE]`` sets that
+    option (the precision pass changes nothing under the default, ``keep``)."""
     program = rtgraph.parse(source, "fixture.rtg")
-    options = CompileOptions(passes=(name,)).for_device(ASCEND)
+    extra = {}
+    if title.rstrip().endswith("]") and "[precision=" in title:
+        extra["precision"] = title.rsplit("[precision=", 1)[1].rstrip().rstrip("]")
+    options = CompileOptions(passes=(name,), **extra).for_device(ASCEND)
     return format_program(optimized_ir(program, options)) + "\n"
 
 
 @pytest.mark.parametrize("path, index, title, source, expected", list(_cases()))
 def test_fixture(path, index, title, source, expected):
-    got = _after(source, path.stem)
+    got = _after(source, path.stem, title)
     if os.environ.get("RTGRAPH_UPDATE_FIXTURES"):
         cases = path.read_text().split("\n===\n")
         cases[index] = f"{title}\n{source}---\n{got}".rstrip("\n")
@@ -70,9 +75,9 @@ def test_every_pass_has_fixtures_and_changes_something_in_them():
     assert {p.stem for p in FIXTURES.glob("*.txt")} == set(PASSES)
     changed = set()
     for param in _cases():
-        path, _, _, source, _ = param.values
+        path, _, title, source, _ = param.values
         before = format_program(rtgraph.parse(source, "fixture.rtg")) + "\n"
-        if _after(source, path.stem) != before:
+        if _after(source, path.stem, title) != before:
             changed.add(path.stem)
     assert changed == set(PASSES)
 

@@ -15,6 +15,7 @@ from rtgraph.cli import build_parser, main
 from rtgraph.compiler import pipeline
 from rtgraph.compiler.optimizer.levels import LEVELS
 from rtgraph.compiler.optimizer.levels import PASSES as OPT_PASSES
+from rtgraph.compiler.optimizer.precision_vocabulary import PRECISIONS, SCALE_METHODS
 from rtgraph.compiler.options import OPTIONS, CompileOptions, OptionError, options_markdown
 from rtgraph.compiler.passes.alloc_modes import ALLOC_MODES
 from rtgraph.compiler.passes.memory_plans import PLANS
@@ -28,6 +29,8 @@ VOCABULARIES = {
     "--alloc": ALLOC_MODES,
     "-O": tuple(str(level) for level in LEVELS),
     "--passes": tuple(OPT_PASSES),
+    "--precision": tuple(PRECISIONS),
+    "--calibration-method": tuple(SCALE_METHODS),
 }
 
 

@@ -353,3 +353,53 @@ def test_fast_path_accepts_exactly_what_lark_accepts(pieces: list[str]) -> None:
 def test_a_line_starting_with_an_infix_operator_continues_the_expression() -> None:
     (stmt,) = body("program p() {\n y = a\n   + b\n   * c\n   - d\n}")
     assert shape(stmt.value) == ("-", ("+", "a", ("*", "b", "c")), "d")
+
+
+# --- @precision(…): one token, on both paths ---------------------------------------------
+
+_AT_WORDS = ["@precision", "@precisions", "@ precision", "precision", "@precision_", "@", "(f32)"]
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(st.text(_ALPHABET, max_size=4), st.sampled_from(_AT_WORDS)), max_size=30))
+def test_tokenizer_matches_lark_around_at_precision(parts: list[str]) -> None:
+    text = "".join(parts)
+    assert _fast_tokens(text) == _lark_tokens(text)
+
+
+_ANNOTATED = [*_PIECES, "@precision", "@precision(f16)", "(f32)", "precision", "@precisions"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.sampled_from(_ANNOTATED), max_size=25))
+def test_fast_path_accepts_exactly_what_lark_accepts_with_annotations(pieces: list[str]) -> None:
+    text = " ".join(pieces)
+    assert _accepted_by_fast_path(text) == _accepted_by_lark(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "program p() { y = x @precision(f16) }",
+        "program p() {\n y = a\n   @ b @precision(bf16)\n}",
+        "program p() { output y = relu(x) @precision(f32); z = y @precision(int8) }",
+        "program p() { y = x @precision(f16)\n}",
+    ],
+)
+def test_annotated_bindings_parse_on_both_paths(text: str) -> None:
+    assert _accepted_by_fast_path(text) and _accepted_by_lark(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "program p() { y = x\n @precision(f16) }",  # a separator before it stays
+        "program p() { y = x; @precision(f16) }",
+        "program p() { y = (x @precision(f16)) }",
+        "program p() { y = x @precision f16 }",
+        "program p() { output y @precision(f16) }",
+        "program p() { input x : f32 @precision(f16) }",
+    ],
+)
+def test_misplaced_annotations_are_refused_on_both_paths(text: str) -> None:
+    assert not _accepted_by_fast_path(text) and not _accepted_by_lark(text)

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from rtgraph.bench.claims import HEADLINE_MODELS, headline_caption, headline_rows
 from rtgraph.bench.figure import bench_figure
+from rtgraph.bench.precision import PrecisionRow
 from rtgraph.bench.rows import BASELINE, AllocRow, HeadlineRow, MemoryRow, OptRow, PolicyRow
 from rtgraph.bench.tables import (
     alloc_table,
@@ -20,6 +21,7 @@ from rtgraph.bench.tables import (
     memory_table,
     opt_table,
     policy_table,
+    precision_table,
 )
 
 if TYPE_CHECKING:  # the drawing is bench.figure's; this module only names its type
@@ -37,6 +39,7 @@ class BenchReport:
     memory: list[MemoryRow] = field(default_factory=list)
     allocation: list[AllocRow] = field(default_factory=list)
     optimizer: list[OptRow] = field(default_factory=list)
+    precision: list[PrecisionRow] = field(default_factory=list)
 
     def policy_row(self, model: str, policy: str, memory: str = "stream-ordered") -> PolicyRow:
         for row in self.policies:
@@ -94,6 +97,16 @@ class BenchReport:
                 "### The graph optimizer: -O0 (the graph as written) vs -O2",
                 "",
                 opt_table(self.optimizer),
+                *(
+                    [
+                        "",
+                        "### Precision: each form's speed and its error against f32 (by-unit)",
+                        "",
+                        precision_table(self.precision),
+                    ]
+                    if self.precision
+                    else []
+                ),
             ]
         )
 
@@ -125,6 +138,7 @@ class BenchReport:
                 for r in self.allocation
             ],
             "optimizer": [{**asdict(r), "lift": r.lift} for r in self.optimizer],
+            "precision": [asdict(r) for r in self.precision],
             "headline": [asdict(r) for r in self.headline_rows()],
         }
 

@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import TextIO
 
 from rtgraph import api
+from rtgraph.bench.precision import precision_rows
 from rtgraph.bench.progress import Progress
 from rtgraph.bench.report import BenchReport
 from rtgraph.bench.rows import (
@@ -43,6 +44,7 @@ from rtgraph.bench.rows import (
     OptRow,
     PolicyRow,
 )
+from rtgraph.compiler.optimizer.precision_vocabulary import PRECISIONS
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.compiler.passes.memory_plans import PLANS
 from rtgraph.device.spec import DeviceSpec
@@ -109,6 +111,7 @@ def bench(
     policies: Sequence[str] = POLICIES,
     memories: Sequence[str] = MEMORY_PLANS,
     allocs: Sequence[str] = ALLOC_MODES,
+    precisions: Sequence[str] = (),
     stream: TextIO | None = None,
 ) -> BenchReport:
     """Benchmark every model in ``paths`` on ``device`` (see the module docstring).
@@ -118,16 +121,19 @@ def bench(
     declares is a :class:`UsageError`, before any work).
     ``progress``: True draws a progress bar on ``stream`` (stderr by default; redrawn in place
     on a terminal, one line per model otherwise), False is silent, None draws it only on a
-    terminal. ``single`` is always run: it is the baseline of every speed-up.
+    terminal. ``single`` is always run: it is the baseline of every speed-up. ``precisions``
+    adds the precision table for those forms (:mod:`rtgraph.bench.precision`; f32 always runs,
+    the baseline of its speed-ups).
     """
     files = model_paths(paths)
-    _check_choices(memories, allocs)
+    _check_choices(memories, allocs, precisions)
     order = [BASELINE, *(p for p in policies if p != BASELINE)]
     spec = api.device(device)
     params = params or {}
     out = stream if stream is not None else sys.stderr
     show = progress if progress is not None else out.isatty()
-    bar = Progress(len(files) * (len(memories) * len(order) + 2 + len(allocs)), out, show)
+    steps = len(memories) * len(order) + 2 + len(allocs) + bool(precisions)
+    bar = Progress(len(files) * steps, out, show)
 
     report = BenchReport(device=spec.name, models=[], params={})
     every = _every_model(params.get("*", {}), files, spec)
@@ -154,6 +160,9 @@ def bench(
             report.allocation.append(_alloc_row(name, mode, program, spec))
         bar.step(f"{name}: -O0 vs -O2")
         report.optimizer += [_opt_row(name, level, program, spec) for level in OPT_LEVELS]
+        if precisions:
+            bar.step(f"{name}: precision {', '.join(precisions)}")
+            report.precision += precision_rows(name, program, spec, precisions)
     bar.finish()
     return report
 
@@ -187,11 +196,15 @@ def _compute(result: RunResult) -> float:
     return float(result.utilization.get("cube", 0.0) + result.utilization.get("vector", 0.0))
 
 
-def _check_choices(memories: Sequence[str], allocs: Sequence[str]) -> None:
-    """Reject an unknown memory plan or allocation mode, or no memory plan, before any run."""
+def _check_choices(
+    memories: Sequence[str], allocs: Sequence[str], precisions: Sequence[str] = ()
+) -> None:
+    """Reject an unknown memory plan, allocation mode or precision, or no memory plan, before
+    any run."""
     for name, given, allowed in (
         ("memory plan", memories, tuple(PLANS)),
         ("allocation mode", allocs, ALLOC_MODES),
+        ("precision", precisions, tuple(PRECISIONS)),
     ):
         for item in given:
             if item not in allowed:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from rtgraph.bench.precision import PrecisionRow
 from rtgraph.bench.rows import BASELINE, AllocRow, HeadlineRow, MemoryRow, OptRow, PolicyRow
 
 
@@ -172,3 +173,34 @@ def opt_table(rows: Sequence[OptRow]) -> str:
         "÷ single",
     ]
     return table(header, body, [False, False] + [True] * 9)
+
+
+def precision_table(rows: Sequence[PrecisionRow]) -> str:
+    """Per model and precision: makespan, speed-up over f32, the worst output's error against
+    the f32 program, the ops per dtype and the compile's CPU time."""
+    body = [
+        [
+            r.model,
+            r.precision,
+            f"{r.makespan_us:,.1f}",
+            f"{r.speedup:.2f}×",
+            f"{r.cosine:.6f}",
+            f"{r.sqnr_db:.1f}",
+            f"{r.max_rel:.2g}",
+            r.mix,
+            f"{r.compile_s:.1f}",
+        ]
+        for r in rows
+    ]
+    header = [
+        "model",
+        "precision",
+        "makespan µs",
+        "vs f32",
+        "cosine",
+        "SQNR dB",
+        "max rel",
+        "ops by dtype",
+        "compile s (CPU)",
+    ]
+    return table(header, body, [False, False, True, True, True, True, True, False, True])

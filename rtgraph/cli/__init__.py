@@ -7,15 +7,21 @@ Exit status: 0 success, 1 a user error in the input (reported as ``file:line:col
 from __future__ import annotations
 
 import sys
+import warnings
 from collections.abc import Sequence
 
 from rtgraph.cli.arguments import refuse_overwriting_inputs
 from rtgraph.cli.commands import COMMANDS
 from rtgraph.cli.parser import build_parser
-from rtgraph.errors import RtgError, UsageError
+from rtgraph.errors import PrecisionWarning, RtgError, UsageError
 from rtgraph.files import exit_on_sigterm
 
 __all__ = ["build_parser", "main"]
+
+
+def _show_warning(message, category, *_: object, **__: object) -> None:
+    """A warning as one line on stderr (``rtgraph: warning: …``), not Python's source echo."""
+    print(f"rtgraph: warning: {message}", file=sys.stderr)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -26,7 +32,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         refuse_overwriting_inputs(args)
-        return COMMANDS[args.command](args)
+        with warnings.catch_warnings():
+            warnings.simplefilter("always", PrecisionWarning)
+            warnings.showwarning = _show_warning
+            return COMMANDS[args.command](args)
     except UsageError as e:
         print(e.render(), file=sys.stderr)
         return 2

@@ -13,6 +13,7 @@ from rtgraph import api
 from rtgraph.cli.parser import FLAGS
 from rtgraph.compiler.options import OPTIONS, CompileOptions, OptionError, shown
 from rtgraph.emulator.admission import check_against_device
+from rtgraph.emulator.numerics import declared_names
 from rtgraph.errors import RtgError, UsageError
 from rtgraph.ir.graph import Program
 from rtgraph.ir.interpreter import load_npz_for
@@ -155,5 +156,8 @@ def npz_values(
     if program is not None:
         return load_npz_for(program, path, role)
     assert compiled is not None
-    known = [h.name for h in compiled.host_tensors if h.role == role]
+    # the sources of derived params too; a derived param's own name is read, then refused by
+    # the run's check, which names its source (rtgraph.ir.data.check_params)
+    names = [h.name for h in compiled.host_tensors if h.role == role]
+    known = list(dict.fromkeys([*declared_names(compiled, role), *names]))
     return load_npz(path, known=known, role=role, owner=compiled.name)

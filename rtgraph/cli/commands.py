@@ -42,6 +42,7 @@ from rtgraph.ops import op_table
 from rtgraph.reports.advisor import advise, format_advice
 from rtgraph.reports.explain import explain
 from rtgraph.reports.memory_snapshot import write_run_snapshot
+from rtgraph.reports.precision import as_rewritten, precision_json, run_lines, run_precision
 from rtgraph.reports.profiler import check_profile_options, profile, write_csvs
 from rtgraph.reports.rtg_source import emit_rtg
 from rtgraph.reports.trace import write_trace
@@ -172,10 +173,15 @@ def cmd_run(args: argparse.Namespace) -> int:
         fill_missing=args.fill_missing,
         **supplied,
     )
-    report = {}
+    report, precision = {}, None
     if mode != "none":
-        reference = api.reference(program, check=mode, fill_missing=args.fill_missing, **supplied)
+        options = compile_options(args)
+        checked = as_rewritten(program, options.for_device(spec))  # --precision: as rewritten
+        reference = api.reference(checked, check=mode, fill_missing=args.fill_missing, **supplied)
         report = api.compare(result.outputs, reference)
+        if options.precision != "keep":
+            found = (program, options, spec, result.outputs, result.makespan_us, supplied)
+            precision = run_precision(*found)
     _write_reports(args, result, compiled, spec)
     html = getattr(args, "html", None)
     if html:
@@ -193,6 +199,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         data["check"] = mode
         data["reference_elements"] = {k: v["checked"] for k, v in report.items()}
         data["policy"] = compiled.meta.get("policy")
+        if precision is not None:
+            data["precision"] = precision_json(precision)
         print(json.dumps(data, indent=1))
     else:
         print(result.summary())
@@ -213,6 +221,8 @@ def cmd_run(args: argparse.Namespace) -> int:
                     f"  {name:<16} max abs {r['max_abs']:.3g}  max rel {r['max_rel']:.3g}  "
                     f"{verdict}{odd}"
                 )
+        if precision is not None:
+            print("\n" + "\n".join(run_lines(precision, compile_options(args).precision)))
     return 0
 
 
@@ -354,6 +364,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         policies=listed(args.streams, headline.POLICIES),
         memories=listed(args.memory, headline.MEMORY_PLANS),
         allocs=listed(args.alloc, headline.ALLOC_MODES),
+        precisions=listed(args.precisions, ()),
         params=_bench_defines(args.define),
     )
     text = json.dumps(report.to_json(), indent=1) if args.json else report.markdown()

@@ -47,12 +47,13 @@ def add_compile_args(p: argparse.ArgumentParser) -> None:
         if option.kind == "switch":
             p.add_argument(option.flag, dest=option.name, action="store_true", help=help_text)
             continue
+        choices = "{" + ",".join(option.values) + "}"
         p.add_argument(
             option.flag,
             dest=option.name,
             default=option.default,
             type=_READERS[option.kind],
-            metavar="{" + ",".join(option.values) + "}" if option.values else "N",
+            metavar=choices if option.values else _METAVARS[option.kind],
             help=help_text,
         )
 
@@ -61,9 +62,13 @@ def _names(text: str) -> tuple[str, ...]:
     return tuple(n.strip() for n in text.split(",") if n.strip())
 
 
+#: The placeholder a flag's help shows for its value, by kind (a vocabulary shows its names).
+_METAVARS = {"int": "N", "name": "NAME", "names": "NAMES", "text": "TEXT"}
+
+
 #: How a flag's text becomes the option's value, by :attr:`Option.kind` (argparse refuses
 #: an integer flag's non-integer text, exit status 2).
-_READERS = {"name": str, "int": int, "names": _names}
+_READERS = {"name": str, "int": int, "names": _names, "text": str}
 
 
 DESCRIPTION = """\
@@ -204,6 +209,12 @@ def build_parser() -> argparse.ArgumentParser:
         "--memory", metavar="M1,M2", help="memory plans (default: stream-ordered,greedy,none)"
     )
     p.add_argument("--alloc", metavar="A1,A2", help="allocators (default: direct,pool,mixed)")
+    p.add_argument(
+        "--precisions",
+        metavar="P1,P2",
+        help="add the precision table for these forms, e.g. f32,f16,int8,auto (f32 always runs: "
+        "the baseline)",
+    )
     p.add_argument("--json", action="store_true", help="the figures as JSON instead of tables")
     p.add_argument("--figure", metavar="OUT", help="also save the picture (.png, .svg or .pdf)")
     p.add_argument("-o", "--output", metavar="OUT.md", help="write the tables here")

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Any, Literal
 
 from rtgraph.compiler.optimizer.levels import (
     DEFAULT_LEVEL,
@@ -25,6 +25,14 @@ from rtgraph.compiler.optimizer.levels import (
     PASSES,
     level_problem,
     passes_problem,
+)
+from rtgraph.compiler.optimizer.precision_vocabulary import (
+    BUDGET_HELP,
+    MAX_CALIBRATION_BATCHES,
+    PRECISIONS,
+    SCALE_METHODS,
+    budget_problem,
+    name_problem,
 )
 from rtgraph.compiler.passes.alloc_modes import ALLOC_HELP, alloc_problem
 from rtgraph.compiler.passes.memory_plans import PLANS, plan_problem
@@ -78,8 +86,17 @@ class CompileOptions:
     opt_level: int = DEFAULT_LEVEL
     passes: tuple[str, ...] | None = None
     fast_math: bool = False
+    precision: str = "keep"
+    error_budget: str = "cosine=0.999"
+    calibration: str | None = None
+    calibration_batches: int = 4
+    calibration_method: str = "entropy"
     check: bool = False
     device: DeviceSpec | None = field(default=None, repr=False)
+    #: The weights the precision pass calibrates with when the program carries its own (an
+    #: imported ONNX model's; :func:`rtgraph.compiler.pipeline.compile_program` sets it).
+    #: Not compared: options are compared and printed, arrays are neither.
+    calibration_params: Mapping[str, Any] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.streams, str):
@@ -95,6 +112,29 @@ class CompileOptions:
         _check("opt_level", self.opt_level, level_problem(self.opt_level))
         if self.passes is not None:
             _check("passes", self.passes, passes_problem(self.passes))
+        _check("precision", self.precision, name_problem(self.precision, PRECISIONS))
+        _check("error_budget", self.error_budget, budget_problem(self.error_budget))
+        _check(
+            "calibration_method",
+            self.calibration_method,
+            name_problem(self.calibration_method, SCALE_METHODS),
+        )
+        runs = self.passes if self.passes is not None else LEVELS[self.opt_level]
+        if self.precision != "keep" and "choose_precision" not in runs:
+            _check(
+                "precision",
+                self.precision,
+                (
+                    "needs the choose_precision pass, which these options leave out",
+                    "use -O1 or -O2",
+                ),
+            )
+        if not 1 <= self.calibration_batches <= MAX_CALIBRATION_BATCHES:
+            _check(
+                "calibration_batches",
+                self.calibration_batches,
+                (f"must be 1 to {MAX_CALIBRATION_BATCHES}", None),
+            )
 
     def for_device(self, device: DeviceSpec) -> CompileOptions:
         """These options bound to ``device``, whose host takes ``batch_size`` when it is set."""
@@ -137,7 +177,7 @@ class Option:
     default_means: str = ""  # what the default stands for, where it is not one of the values
     #: How the CLI reads the flag: one ``name`` of the values, an ``int``, a comma-separated
     #: list of ``names``, or a ``switch`` that takes no value.
-    kind: Literal["name", "int", "names", "switch"] = "name"
+    kind: Literal["name", "int", "names", "switch", "text"] = "name"
 
     @property
     def default(self) -> object:
@@ -195,6 +235,37 @@ OPTIONS: tuple[Option, ...] = (
         "fused kernels keep floating intermediates in f32 instead of rounding each step as the "
         "unfused ops would; the run reports the error against the reference",
         kind="switch",
+    ),
+    Option(
+        "precision",
+        "--precision",
+        "the dtypes the program computes in (outputs keep their declared dtypes)",
+        PRECISIONS,
+    ),
+    Option(
+        "error_budget",
+        "--error-budget",
+        "how far --precision auto may take the outputs from the program's f32 form: " + BUDGET_HELP,
+        kind="text",
+    ),
+    Option(
+        "calibration",
+        "--calibration",
+        "an .npz of input batches (leading axis: batch) for int8 and auto to calibrate on",
+        default_means=f"seeded batches ({'--calibration-batches'})",
+        kind="text",
+    ),
+    Option(
+        "calibration_batches",
+        "--calibration-batches",
+        "how many seeded input batches int8 and auto calibrate on, when no --calibration",
+        kind="int",
+    ),
+    Option(
+        "calibration_method",
+        "--calibration-method",
+        "how an activation's int8 scale is chosen from its calibration values",
+        SCALE_METHODS,
     ),
     Option("order_seed", None, "the seed of the list scheduler's order search"),
     Option(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import gc
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from rtgraph.compiler.memplan import Placement, Record, check_placement
@@ -87,6 +88,9 @@ def compile_program(
     """Compile a checked program for ``device`` into a stream program (see
     :class:`~rtgraph.compiler.options.CompileOptions` for what ``options`` choose)."""
     bound = (options or CompileOptions()).for_device(device)
+    weights = getattr(program, "weights", None)  # an imported model carries its weights
+    if weights and bound.calibration_params is None:
+        bound = replace(bound, calibration_params=weights)
     enabled = gc.isenabled()
     gc.disable()  # the passes build many small acyclic objects; collections only cost time
     try:

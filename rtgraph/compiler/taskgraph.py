@@ -111,6 +111,9 @@ class DagTask:
     do not order each other. ``read_windows`` is the same for ``reads``, one entry per storage
     (the hull of the views the task reads it through; None or an empty tuple: all of it) — a
     tile reading its rows of an input copied in parts waits only for the part holding them.
+    ``dtype`` is the one its arithmetic runs at
+    (:func:`~rtgraph.timing.costmodel.arithmetic_dtype`: a Cube task its operands', i8 for an
+    int8 product whose result is i32).
     """
 
     id: int

@@ -17,7 +17,9 @@ task (injected fault, non-finite result under ``check_finite``) writes nothing.
 Supplied inputs and params are checked exactly as the reference interpreter checks them
 (:mod:`rtgraph.ir.data`: declared names, every one present unless ``fill_missing``, shapes,
 lossless conversion); the others are generated as the interpreter generates them (seeded by
-name), so a race-free program reproduces the interpreter's outputs bit for bit.
+name), and a param made at load time from a source param (``HostTensor.derive``) is made by the
+same function (:func:`rtgraph.ir.data.param_values`), so a race-free program reproduces the
+interpreter's outputs bit for bit.
 """
 
 from __future__ import annotations
@@ -28,8 +30,17 @@ from typing import Any
 import numpy as np
 
 from rtgraph.dtypes import DTYPES, from_storage, to_storage, to_value
-from rtgraph.errors import DeviceError, StreamProgramError
-from rtgraph.ir.data import check_names, check_seed, generate, supplied_value
+from rtgraph.errors import DeviceError, Span, StreamProgramError
+from rtgraph.ir.data import (
+    DeclaredParam,
+    check_names,
+    check_params,
+    check_seed,
+    generate,
+    param_values,
+    supplied_params,
+    supplied_value,
+)
 from rtgraph.ir.graph import TensorType
 from rtgraph.ops.registry import lookup, run_kernel
 from rtgraph.stream_program.program import Operand, StreamProgram, Task
@@ -80,6 +91,28 @@ def _contiguous(name: str, offset: int, shape: tuple[int, ...], dtype: str) -> O
     return Operand(name, offset, tuple(shape), tuple(reversed(strides)), dtype)
 
 
+def declared_params(program: StreamProgram) -> list[DeclaredParam]:
+    """The stream program's params, as :mod:`rtgraph.ir.data` reads them."""
+    return [
+        DeclaredParam(h.name, TensorType(tuple(h.shape), h.dtype), None, h.derive)
+        for h in program.host_tensors
+        if h.role == "param"
+    ]
+
+
+def declared_names(
+    program: StreamProgram, role: str, spans: Mapping[str, Span | None] | None = None
+) -> dict[str, Span | None]:
+    """The names of the ``role`` tensors a user supplies for ``program`` (for params: the
+    sources of derived params, not the derived ones), with the spans ``spans`` gives them."""
+    spans = spans or {}
+    if role == "param":
+        names = supplied_params(declared_params(program))
+    else:
+        names = {h.name: None for h in program.host_tensors if h.role == role}
+    return {name: spans.get(name) for name in names}
+
+
 def host_values(
     program: StreamProgram,
     inputs: Mapping[str, np.ndarray] | None,
@@ -90,18 +123,20 @@ def host_values(
 ) -> dict[str, np.ndarray]:
     """Value-form arrays of every input, param and const: supplied ones checked (as the
     interpreter checks them), the others generated — a mapping given must hold every input
-    (param) unless ``fill_missing``. An input's errors point at its ``h2d`` copy's span."""
+    (param) unless ``fill_missing``. An input's errors point at its ``h2d`` copy's span. A
+    derived param is made from its source's value, as the interpreter makes it."""
     seed = check_seed(seed)
     spans = {t.host: t.span for t in program.tasks if t.op == "h2d" and t.host is not None}
-    supplied = {"input": inputs, "param": params}
-    for role, given in supplied.items():
-        if given is not None:
-            declared = {h.name: spans.get(h.name) for h in program.host_tensors if h.role == role}
-            check_names(role, list(given), declared, program.name, fill_missing=fill_missing)
+    if inputs is not None:
+        declared = declared_names(program, "input", spans)
+        check_names("input", list(inputs), declared, program.name, fill_missing=fill_missing)
+    if params is not None:
+        owner, fill = program.name, fill_missing
+        check_params(declared_params(program), list(params), owner, fill_missing=fill)
     values: dict[str, np.ndarray] = {}
     for h in program.host_tensors:
-        if h.role in ("input", "param"):
-            given = (supplied[h.role] or {}).get(h.name)
+        if h.role == "input":
+            given = (inputs or {}).get(h.name)
             if given is not None:
                 values[h.name] = supplied_value(
                     given,
@@ -112,10 +147,14 @@ def host_values(
                     span=spans.get(h.name),
                 )
             else:
-                values[h.name] = generate(h.name, h.shape, h.dtype, seed, param=h.role == "param")
+                values[h.name] = generate(h.name, h.shape, h.dtype, seed, param=False)
         elif h.role == "const":
             value = 0.0 if h.value is None else h.value
             values[h.name] = np.broadcast_to(to_value(np.asarray(value), h.dtype), h.shape)
+    owner, fill = program.name, fill_missing
+    values.update(
+        param_values(declared_params(program), params, seed, owner=owner, fill_missing=fill)
+    )
     return values
 
 

@@ -154,10 +154,19 @@ class BufferDecl:
 
 
 @dataclass(slots=True)
+class Precision:
+    """``@precision(f32)`` after a binding: the precision its op computes in (``value``)."""
+
+    value: Ident
+    span: Span
+
+
+@dataclass(slots=True)
 class Binding:
     name: Ident
     value: Expr
     span: Span
+    precision: Precision | None = None
 
 
 @dataclass(slots=True)
@@ -165,6 +174,7 @@ class Output:
     name: Ident
     value: Expr | None
     span: Span
+    precision: Precision | None = None
 
 
 @dataclass(slots=True)

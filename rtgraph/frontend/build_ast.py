@@ -121,11 +121,16 @@ class AstBuilder:
         return ast.BufferDecl(self.ident(c[1]), c[3], address, self.span(c))
 
     def binding(self, c: list) -> ast.Binding:
-        return ast.Binding(self.ident(c[0]), c[2], self.span(c))
+        precision = c[3] if len(c) > 3 else None
+        return ast.Binding(self.ident(c[0]), c[2], self.span(c), precision)
 
     def output(self, c: list) -> ast.Output:
         value = c[3] if len(c) > 3 else None
-        return ast.Output(self.ident(c[1]), value, self.span(c))
+        precision = c[4] if len(c) > 4 else None
+        return ast.Output(self.ident(c[1]), value, self.span(c), precision)
+
+    def precision(self, c: list) -> ast.Precision:
+        return ast.Precision(self.ident(c[2]), self.span(c))
 
     def stream_decl(self, c: list) -> ast.StreamDecl:
         return ast.StreamDecl(tuple(_nodes(c)), self.span(c))

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from rtgraph.device import device_name_problem
+from rtgraph.dtypes import DTYPES
 from rtgraph.errors import CheckError, RtgError, Span, did_you_mean
 from rtgraph.frontend import ast, consteval, limits
 from rtgraph.frontend.buffers import PlacedBuffer, check_placement
@@ -30,6 +31,8 @@ from rtgraph.frontend.parser import INT_LIMIT
 from rtgraph.frontend.values import POISON, Bound, FnRef, Scope, Value, describe
 from rtgraph.ir.graph import Program, Tensor
 from rtgraph.ops import language_op
+from rtgraph.ops.fused import CHANNEL_AXIS
+from rtgraph.ops.registry import ELEMENT_MOVES
 
 #: Steps run before checking gives up on a program: statements, loop iterations and function
 #: calls inlined (``RTGRAPH_MAX_STEPS`` overrides it; :mod:`~rtgraph.frontend.limits`). Twice
@@ -40,6 +43,9 @@ from rtgraph.ops import language_op
 MAX_STEPS = 4_000_000
 #: Deepest chain of nested function calls.
 MAX_CALL_DEPTH = 64
+#: The precisions ``@precision(…)`` may pin an op to (``int8``: a matmul or conv2d only).
+PRECISIONS = ("f32", "f16", "bf16", "int8")
+_PRECISIONS_HINT = "@precision takes f32, f16, bf16 or int8 (int8: a matmul or conv2d)"
 
 
 class Checker(FusionChecker):
@@ -259,10 +265,68 @@ class Checker(FusionChecker):
             and self.ir.made_since(mark, value.name)
         ):
             value = self.ir.rename(value, *bind, mark)
+        if st.precision is not None and target is not None:
+            value = self.pin_precision(st, value, mark)
         if target is not None:
             target.names[name] = Bound(value, "binding", st.name.span)
             if target is not self.scope:
                 self.scope.carried.add(name)
+
+    def pin_precision(self, st: ast.Binding, value: Value, mark: int) -> Value:
+        """``value`` with the precision ``st``'s ``@precision(…)`` pins for the op that made it
+        (an op emitted at or after ``mark``: the last op of the binding's expression)."""
+        written = st.precision
+        assert written is not None
+        precision = written.value.name
+        if precision not in PRECISIONS:
+            self.error(
+                f"unknown precision '{precision}'",
+                written.value.span,
+                hint=" ".join(
+                    filter(None, (did_you_mean(precision, PRECISIONS), _PRECISIONS_HINT))
+                ),
+            )
+            return value
+        if value is POISON:
+            return value
+        node = None
+        if isinstance(value, Tensor) and value.kind == "value":
+            node = self.ir.producer(mark, value.name)
+        if node is None:  # the binding stands, unpinned: its later uses are checked as usual
+            self.error(
+                f"@precision({precision}) pins the precision of the op a binding computes; "
+                f"'{st.name.name}' is {describe(value)}, computed by no op here",
+                written.span,
+                hint="annotate the binding whose expression computes the value, as in "
+                f"`h = x @ w @precision({precision})`",
+            )
+            return value
+        assert isinstance(value, Tensor)
+        if not DTYPES[value.type.dtype].is_float:
+            self.error(
+                f"@precision({precision}) needs an op with a floating-point result; "
+                f"'{node.op}' makes {value.type.dtype}",
+                written.span,
+                hint="precision is chosen for floating-point arithmetic only",
+            )
+            return value
+        if node.op in ELEMENT_MOVES:
+            self.error(
+                f"@precision({precision}) pins an op's arithmetic; '{node.op}' does none (it "
+                "moves elements and keeps the dtype its operand arrives in)",
+                written.span,
+                hint=f"pin the op that computes the elements, before the {node.op}",
+            )
+            return value
+        if precision == "int8" and node.op not in CHANNEL_AXIS:
+            self.error(
+                f"@precision(int8) applies to a matmul or conv2d, not to '{node.op}'",
+                written.value.span,
+                hint="only matmul and conv2d have an int8 form (int8 × int8 into int32 on the "
+                "Cube); pin this op to f16, bf16 or f32",
+            )
+            return value
+        return self.ir.pin(value, precision)
 
     def s_output(self, st: ast.Output) -> None:
         if self.active_fns:
@@ -275,9 +339,14 @@ class Checker(FusionChecker):
             return
         name = st.name.name
         if _copies_itself(st):
-            self.eval(st.value)  # `output y = to_host(y)`: y's copy, placed here
+            mark = len(self.ir.nodes)
+            value = self.eval(st.value)  # `output y = to_host(y)`: y's copy, placed here
+            if st.precision is not None:
+                self.pin_precision(
+                    ast.Binding(st.name, st.value, st.span, st.precision), value, mark
+                )
         elif st.value is not None:
-            self.s_binding(ast.Binding(st.name, st.value, st.span))
+            self.s_binding(ast.Binding(st.name, st.value, st.span, st.precision))
         bound = self.scope.lookup(name)
         if bound is None:
             self.undefined(name, st.name.span)

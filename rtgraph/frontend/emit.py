@@ -220,6 +220,19 @@ class IRBuilder:
         """Whether a node emitted at or after position ``mark`` made the tensor ``name``."""
         return any(isinstance(node, OpNode) and node.output == name for node in self.nodes[mark:])
 
+    def producer(self, mark: int, name: str) -> OpNode | None:
+        """The op emitted at or after position ``mark`` that made the tensor ``name``."""
+        for node in reversed(self.nodes[mark:]):
+            if isinstance(node, OpNode) and node.output == name:
+                return node
+        return None
+
+    def pin(self, tensor: Tensor, precision: str) -> Tensor:
+        """``tensor`` with the precision its op computes in pinned (``@precision(…)``)."""
+        pinned = dataclasses.replace(tensor, precision=precision)
+        self.tensors[tensor.name] = pinned
+        return pinned
+
     def rename(self, tensor: Tensor, name: str, display: str, mark: int) -> Tensor:
         """``tensor``, made by a node at or after ``mark``, under the unique form of ``name``.
 

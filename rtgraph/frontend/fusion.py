@@ -50,6 +50,13 @@ class FusionChecker(CopyChecker):
         for stmt in body[:-1]:
             if not isinstance(stmt, ast.Binding):
                 return self.error("a fused block holds only bindings and a final return", stmt.span)
+            if stmt.precision is not None:
+                return self.error(
+                    "a fused block computes in one precision; its bindings take no @precision",
+                    stmt.precision.span,
+                    hint="annotate the binding of the whole block: "
+                    "h = fused { ... } @precision(f32)",
+                )
         mark = len(self.ir.nodes)
         outer = self.scope
         self.scope = Scope(outer, f"{outer.prefix}{self.ir.temp_name()}/")

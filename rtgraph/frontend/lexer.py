@@ -5,8 +5,10 @@ grammar in ``rtg.lark`` (tests compare the two on the models and on random text)
 times faster. Statements end at a newline or ';' (both become ``_SEP``); newlines inside
 ``( )`` and ``[ ]`` are dropped, runs of separators merge, and a separator before an infix
 operator (``|> + - * / % @``) is dropped: no statement starts with one, so such a line
-continues the expression above it. Any character the grammar does not know stops the fast
-path (the caller then asks lark for a properly worded error).
+continues the expression above it. ``@precision`` not followed by a name character is one
+token (the annotation ``h = x @ w @precision(f32)``), not the matmul ``@``; a separator before
+it stays, so an annotation cannot join the line above. Any character the grammar does not know
+stops the fast path (the caller then asks lark for a properly worded error).
 
 :func:`scan` gives the tokens as ``(kind, text, offset)`` tuples, a list per block of lines,
 so that the parser reads a program of any size in bounded memory and no line or column is
@@ -22,6 +24,12 @@ from collections.abc import Iterator, Mapping
 
 from rtgraph.frontend import limits
 
+#: Words written with a leading ``@`` that are one token each when no name character follows
+#: (rtg.lark's ``AT_PRECISION: /@precision(?![A-Za-z0-9_])/``); ``@ precision`` and
+#: ``@precisions`` are the matmul ``@`` and a name.
+AT_WORDS = ("@precision",)
+AT_WORD_PATTERN = "{}(?![A-Za-z0-9_])"
+
 #: Blanks and comments (group 1), then one token or any other character (group 2; empty only
 #: at the end). ``findall`` over it walks the text without a gap: every position matches.
 _MASTER = re.compile(
@@ -33,10 +41,11 @@ _MASTER = re.compile(
         |[0-9][0-9_]*
         |[A-Za-z_][A-Za-z0-9_]*
         |"[^"\\\n]*(?:\\.[^"\\\n]*)*"
+        |AT_WORDS
         |\|>|\.\.|[-+*/%@()\[\]{},:;=\n]
         |[\s\S]
     )?
-    """,
+    """.replace("AT_WORDS", "|".join(AT_WORD_PATTERN.format(w) for w in AT_WORDS)),
     re.VERBOSE,
 )
 

@@ -223,7 +223,8 @@ class Translation:
                 )
             name = rtg_name(value + (f"_{rewrite}" if rewrite else ""), self.taken)
             self.param_of[key] = name
-            self.params[name] = np.ascontiguousarray(array, dtype=NUMPY_DTYPE[dtype])
+            # (np.ascontiguousarray would make a rank-0 constant rank 1)
+            self.params[name] = np.array(array, dtype=NUMPY_DTYPE[dtype], order="C")
             self.declarations.append(f"    param  {name} : {_type(dtype, array.shape)}")
         return self.param_of[key]
 
@@ -471,8 +472,56 @@ def _concat(t: Translation, node: Any) -> str:
     return f"concat({parts}, axis = {axis})"
 
 
+def _zero_point(t: Translation, node: Any, i: int) -> str | None:
+    """Optional operand ``i``, a zero point: None when absent or a constant of zeros."""
+    if i >= len(node.input) or not node.input[i]:
+        return None
+    value = node.input[i]
+    if value in t.const and not t.const[value].any():
+        return None
+    return t.operand(node, i)
+
+
+def _quantize_args(t: Translation, node: Any, op: str) -> str:
+    """``op(x, scale[, zero_point], axis = a)`` of QuantizeLinear / DequantizeLinear."""
+    if t.attr(node, "block_size", 0):
+        t.fail(f"{node.op_type}: blocked quantization (block_size) has no rtgraph equivalent", None)
+    args = [t.operand(node, 0), t.operand(node, 1)]
+    zero = _zero_point(t, node, 2)
+    if zero is not None:
+        args.append(zero)
+    if len(t.shape_of(node, 1)):  # a per-channel scale: along ONNX's axis (default 1)
+        args.append(f"axis = {int(t.attr(node, 'axis', 1))}")
+    return f"{op}({', '.join(args)})"
+
+
+def _quantize_linear(t: Translation, node: Any) -> str:
+    """QuantizeLinear to int8 (its zero point's type, or ``output_dtype``): ``quantize``."""
+    _, elem = t.inferred.get(node.output[0], (None, 0))
+    if elem != 3:  # TensorProto.INT8
+        kind = t.onnx.TensorProto.DataType.Name(elem) if elem else "an unknown type"
+        t.fail(
+            f"QuantizeLinear to {kind}: rtgraph quantizes to int8 only",
+            "give it an int8 zero point (without one, ONNX quantizes to uint8)",
+        )
+    return _quantize_args(t, node, "quantize")
+
+
+def _matmul_integer(t: Translation, node: Any) -> str:
+    """MatMulInteger of int8 operands without zero points: ``a @ b`` (an i32 product)."""
+    if _zero_point(t, node, 2) is not None or _zero_point(t, node, 3) is not None:
+        t.fail(
+            "MatMulInteger with a nonzero zero point: rtgraph's int8 matmul is symmetric",
+            "quantize the operands symmetrically (zero points of 0)",
+        )
+    return f"{t.operand(node, 0)} @ {t.operand(node, 1)}"
+
+
 TRANSLATORS: dict[str, Translator] = {
     "MatMul": _matmul,
+    "MatMulInteger": _matmul_integer,
+    "QuantizeLinear": _quantize_linear,
+    "DequantizeLinear": lambda t, node: _quantize_args(t, node, "dequantize"),
     "Add": _binary("+"),
     "Sub": _binary("-"),
     "Mul": _binary("*"),

@@ -34,7 +34,14 @@ from lark.parsers.lalr_analysis import Shift
 from rtgraph.errors import RtgError, RtgSyntaxError, Source, Span
 from rtgraph.frontend import ast
 from rtgraph.frontend.build_ast import INT_LIMIT, AstBuilder
-from rtgraph.frontend.lexer import LexError, Token, TooManyTokens, scan
+from rtgraph.frontend.lexer import (
+    AT_WORD_PATTERN,
+    AT_WORDS,
+    LexError,
+    Token,
+    TooManyTokens,
+    scan,
+)
 from rtgraph.frontend.syntax_errors import syntax_error
 
 __all__ = ["INT_LIMIT", "grammar", "parse_module"]
@@ -42,6 +49,8 @@ __all__ = ["INT_LIMIT", "grammar", "parse_module"]
 _CONTINUING = frozenset({"PIPE", "PLUS", "MINUS", "STAR", "SLASH", "PERCENT", "AT"})
 _OPEN = {"LPAR": "(", "LSQB": "["}
 _CLOSE = {"RPAR": "(", "RSQB": "["}
+#: rtg.lark's pattern of each ``@word`` token → the word (the fast tokenizer's text for it).
+_AT_WORD_PATTERNS = {AT_WORD_PATTERN.format(w): w for w in AT_WORDS}
 
 
 class _Separators:
@@ -151,6 +160,13 @@ def grammar() -> _Grammar:
         if t.pattern.type == "str":
             target = keywords if t.pattern.value.isidentifier() else punctuation
             target[t.pattern.value] = t.name
+        else:  # an ``@word`` token is a regular expression: the word, no name character after
+            word = _AT_WORD_PATTERNS.get(t.pattern.value)
+            if word is not None:
+                punctuation[word] = t.name
+    missing = [w for w in AT_WORDS if w not in punctuation]
+    if missing:
+        raise AssertionError(f"rtg.lark has no terminal for {missing} (lexer.AT_WORDS)")
     return _Grammar(
         parser,
         states,

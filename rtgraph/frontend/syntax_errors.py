@@ -8,6 +8,8 @@ expression``), the offending token underlined, and a hint for the common slips.
 
 from __future__ import annotations
 
+import re
+
 from lark import Lark, Token
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken
 
@@ -21,6 +23,7 @@ _WORDS = {
     "FLOAT": "a number",
     "STRING": "a string",
     "_SEP": "a line break",
+    "AT_PRECISION": "'@precision'",
     "$END": "end of file",
 }
 _EXPRESSION_START = {"NAME", "INT", "HEX", "FLOAT", "STRING", "LPAR", "LSQB", "MINUS", "FUSED"}
@@ -55,7 +58,7 @@ def expected_words(expected: set[str], parser: Lark) -> list[str]:
         words.append("'program', 'fn' or 'device'")
         pending -= {"DEVICE", "FN", "PROGRAM", "_SEP", "$END"}
     if "PLUS" in pending:  # the state could continue an expression: operators are noise
-        continuations = pending & (_CONTINUATIONS | {"EQUAL"})
+        continuations = pending & (_CONTINUATIONS | {"EQUAL", "AT_PRECISION"})
         others = pending - continuations
         if not others and not words:
             words.append("an operator")
@@ -144,7 +147,21 @@ _KEYWORDS = {
 }  # fmt: skip
 
 
+#: The text of a line up to a token inside an unfinished ``@precision(…)`` annotation.
+_IN_ANNOTATION = re.compile(r"@precision[ \t]*(\([ \t]*[A-Za-z0-9_]*[ \t]*)?$")
+
+
 def _syntax_hint(tok: Token, expected: set[str], source: Source) -> str | None:
+    if tok.type == "AT_PRECISION":
+        return (
+            "@precision(…) ends a binding or an output, after its whole expression on the same "
+            "line: h = x @ w @precision(f32) (with a space, `@ precision` is a matmul)"
+        )
+    if tok.type != "$END" and tok.start_pos is not None:
+        text = source.text
+        before = text[text.rfind("\n", 0, tok.start_pos) + 1 : tok.start_pos]
+        if _IN_ANNOTATION.search(before):
+            return "write the precision in parentheses: @precision(f32) (or f16, bf16, int8)"
     if tok.type == "EQUAL" and expected == {"NAME"}:
         return "is the name before '=' a keyword? keywords cannot be used as names"
     if tok.type == "EQUAL" and "EQUAL" not in expected:

@@ -10,18 +10,25 @@ from the seed (``fill_missing``), each array has the declared shape, and convert
 declared dtype loses nothing a user would not expect — a NaN never becomes INT_MIN, 300 never
 wraps to 44 in an ``i8``, 70000 never becomes ``inf`` in an ``f16``. Ordinary float rounding
 (f32 → f16) is allowed.
+
+A param the precision pass made (``derive``, :mod:`rtgraph.ir.weights`) is not supplied: the
+user supplies its *source* — the param of the program they wrote, with the type they declared —
+and :func:`param_values` makes every derived param from it, once per source, for the interpreter
+and the emulator alike.
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from numbers import Integral
 
 import numpy as np
 
-from rtgraph.dtypes import DTYPES, to_value
-from rtgraph.errors import InputError, Span, UsageError, did_you_mean
+from rtgraph.dtypes import DTYPES, TensorType, to_value
+from rtgraph.errors import CheckError, InputError, Span, UsageError, did_you_mean
+from rtgraph.ir.weights import Derive, derived_value
 
 #: The largest seed: seeds are integers from 0 to 2**63 - 1.
 MAX_SEED = 2**63 - 1
@@ -82,6 +89,93 @@ def check_names(
             span=declared[missing[0]],
             hint=FILL_MISSING_HINT,
         )
+
+
+@dataclass(frozen=True)
+class DeclaredParam:
+    """A param as a program holds it — the IR's tensor or the stream program's host tensor —
+    with its declaration's span for messages and, for one made at load time, its ``derive``."""
+
+    name: str
+    type: TensorType
+    span: Span | None = None
+    derive: Derive | None = None
+
+
+def supplied_params(params: Iterable[DeclaredParam]) -> dict[str, tuple[TensorType, Span | None]]:
+    """The params a user supplies for a program holding ``params``, in declaration order: each
+    param not derived, and the source of each derived one (with the source program's type and
+    the first derived param's span). Params that disagree on a source's type are a
+    :class:`~rtgraph.errors.CheckError` (a compiler bug; a loaded stream program is checked
+    for it first)."""
+    out: dict[str, tuple[TensorType, Span | None]] = {}
+    for p in params:
+        name, declared = (
+            (p.name, p.type) if p.derive is None else (p.derive.source, p.derive.source_type)
+        )
+        known = out.setdefault(name, (declared, p.span))[0]
+        if known != declared:
+            raise CheckError(
+                f"param '{name}' is supplied as {known} and as {declared}: the params made "
+                "from it disagree on its type",
+                span=p.span,
+            )
+    return out
+
+
+def check_params(
+    params: Sequence[DeclaredParam], given: Collection[str], owner: str, *, fill_missing: bool
+) -> None:
+    """:func:`check_names` for the params a user supplies (:func:`supplied_params`), with a
+    derived param's name refused first, its source named in the hint."""
+    declared = supplied_params(params)
+    for p in params:
+        if p.derive is not None and p.name in given and p.name not in declared:
+            source = p.derive.source
+            raise InputError(
+                f"param '{p.name}' is not supplied: it is made when program '{owner}' is "
+                f"loaded, from param '{source}'",
+                span=p.span,
+                hint=f"supply '{source}' as the program was written ({p.derive.source_type})",
+            )
+    spans = {name: span for name, (_, span) in declared.items()}
+    check_names("param", given, spans, owner, fill_missing=fill_missing)
+
+
+def param_values(
+    params: Sequence[DeclaredParam],
+    given: Mapping[str, object] | None,
+    seed: int,
+    *,
+    owner: str,
+    fill_missing: bool = False,
+) -> dict[str, np.ndarray]:
+    """The value of every param of ``params`` by name: the supplied array (checked against the
+    declared type) or one generated from ``seed``; a derived param made from its source's value,
+    computed once for all the params made from it. ``given`` is checked by
+    :func:`check_params` (source names, not derived ones)."""
+    declared = supplied_params(params)
+    if given is not None:
+        check_params(params, list(given), owner, fill_missing=fill_missing)
+    sources: dict[str, np.ndarray] = {}
+    for name, (t, span) in declared.items():
+        array = None if given is None else given.get(name)
+        if array is None:
+            sources[name] = generate(name, t.shape, t.dtype, seed, param=True)
+        else:
+            sources[name] = supplied_value(
+                array, label=name, origin="param", shape=t.shape, dtype=t.dtype, span=span
+            )
+    values: dict[str, np.ndarray] = {}
+    for p in params:
+        if p.derive is None:
+            values[p.name] = sources[p.name]
+            continue
+        try:
+            values[p.name] = derived_value(p.derive, sources[p.derive.source], p.type, p.name)
+        except InputError as e:  # (weights that cannot be quantized) at the param's declaration
+            raise InputError(e.message, span=e.span or p.span, hint=e.hint) from None
+    return values
 
 
 def supplied_value(

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from rtgraph.dtypes import TensorType
 from rtgraph.errors import Source, Span
+from rtgraph.ir.weights import Derive
 
 if TYPE_CHECKING:
     pass
@@ -42,7 +43,12 @@ class Tensor:
     device), a ``const`` scalar (``value`` holds it), an op's result (``value``), a raw
     ``buffer`` (``address`` fixed when the program gave one; type ``i8[bytes]``), or the
     ``token`` of a synthetic kernel. ``pinned`` is False for an ``input`` declared
-    ``@pageable`` (its host copy is then synchronous).
+    ``@pageable`` (its host copy is then synchronous). A ``param`` with ``derive`` is made at
+    load time from the data of the source program's param ``derive.source``
+    (:mod:`rtgraph.ir.weights`: the precision pass's converted and quantized weights).
+    ``precision`` is the precision the program asks its producing op to compute in
+    (``h = x @ w @precision(f32)``: ``f32``, ``f16``, ``bf16`` or ``int8``); the precision
+    pass honours it whatever ``--precision`` says.
     """
 
     name: str
@@ -54,6 +60,8 @@ class Tensor:
     value: float | None = None
     address: int | None = None
     pinned: bool = True
+    derive: Derive | None = None
+    precision: str | None = None
 
     @property
     def label(self) -> str:

@@ -7,7 +7,9 @@ bit. Layout ops stay NumPy views where NumPy can make them views, as on the devi
 
 Inputs and params come from ``.npz`` files read as untrusted data (:mod:`rtgraph.ir.npz`) or
 mappings given in Python, checked by :mod:`rtgraph.ir.data`; a mapping must hold every input
-(param) unless ``fill_missing``; those not supplied are generated from the seed by name.
+(param) unless ``fill_missing``; those not supplied are generated from the seed by name. A param
+made at load time (``Tensor.derive``) is not supplied: the user supplies its source, and the
+param is made from it (:func:`rtgraph.ir.data.param_values`).
 """
 
 from __future__ import annotations
@@ -18,8 +20,17 @@ from collections.abc import Mapping
 import numpy as np
 
 from rtgraph.dtypes import to_value
-from rtgraph.errors import CapacityError
-from rtgraph.ir.data import check_names, check_seed, generate, supplied_value
+from rtgraph.errors import CapacityError, Span
+from rtgraph.ir.data import (
+    DeclaredParam,
+    check_names,
+    check_params,
+    check_seed,
+    generate,
+    param_values,
+    supplied_params,
+    supplied_value,
+)
 from rtgraph.ir.graph import OpNode, Program, Tensor
 from rtgraph.ir.npz import load_npz
 from rtgraph.ops import lookup, run_kernel
@@ -33,10 +44,25 @@ def host_memory_limit() -> int:
     return int(value) if value and value.isdigit() else DEFAULT_HOST_MEMORY
 
 
+def declared_params(program: Program) -> list[DeclaredParam]:
+    """``program``'s params, as :mod:`rtgraph.ir.data` reads them."""
+    return [DeclaredParam(t.name, t.type, t.span, t.derive) for t in program.params_()]
+
+
+def declared_names(program: Program, role: str) -> dict[str, Span | None]:
+    """The names of the ``role`` tensors a user supplies for ``program`` (for params: the
+    sources of derived params, not the derived ones), each with where it was declared."""
+    if role == "param":
+        return {n: span for n, (_, span) in supplied_params(declared_params(program)).items()}
+    return {t.name: t.span for t in program.tensors.values() if t.kind == role}
+
+
 def load_npz_for(program: Program, path: str | os.PathLike, role: str) -> dict[str, np.ndarray]:
     """The ``.npz`` file of ``program``'s ``role`` tensors (``input`` or ``param``): an array
-    the program does not declare is refused before anything is decompressed."""
-    known = [t.name for t in program.tensors.values() if t.kind == role]
+    the program does not declare is refused before anything is decompressed (a derived param's
+    name is read, then refused by :func:`check_supplied`, which names its source)."""
+    names = [t.name for t in program.tensors.values() if t.kind == role]
+    known = list(dict.fromkeys([*declared_names(program, role), *names]))
     return load_npz(path, known=known, role=role, owner=program.name)
 
 
@@ -63,11 +89,12 @@ def check_supplied(
     """Refuse supplied names ``program`` does not declare and — for a mapping given, unless
     ``fill_missing`` — declared inputs (params) missing from it. ``None`` supplies nothing:
     every value is generated from the seed."""
-    for role, given in (("input", inputs), ("param", params)):
-        if given is None:
-            continue
-        declared = {t.name: t.span for t in program.tensors.values() if t.kind == role}
-        check_names(role, list(given), declared, program.name, fill_missing=fill_missing)
+    if inputs is not None:
+        declared = declared_names(program, "input")
+        check_names("input", list(inputs), declared, program.name, fill_missing=fill_missing)
+    if params is not None:
+        owner, fill = program.name, fill_missing
+        check_params(declared_params(program), list(params), owner, fill_missing=fill)
 
 
 def host_values(
@@ -78,22 +105,23 @@ def host_values(
     *,
     fill_missing: bool = False,
 ) -> dict[str, np.ndarray]:
-    """Values of every input, param and const: supplied ones checked, the rest generated."""
+    """Values of every input, param and const: supplied ones checked, the rest generated
+    (derived params made from their sources')."""
     seed = check_seed(seed)
     check_supplied(program, inputs, params, fill_missing=fill_missing)
-    supplied = {"input": dict(inputs or {}), "param": dict(params or {})}
     values: dict[str, np.ndarray] = {}
     for t in program.tensors.values():
-        if t.kind in ("input", "param"):
-            given = supplied[t.kind].get(t.name)
+        if t.kind == "input":
+            given = (inputs or {}).get(t.name)
             if given is not None:
                 values[t.name] = check_array(t, given, t.kind)
             else:
-                values[t.name] = generate(
-                    t.name, t.type.shape, t.type.dtype, seed, param=t.kind == "param"
-                )
+                values[t.name] = generate(t.name, t.type.shape, t.type.dtype, seed, param=False)
         elif t.kind == "const":
             values[t.name] = to_value(np.asarray(t.value), t.type.dtype)
+    declared = declared_params(program)
+    owner, fill = program.name, fill_missing
+    values.update(param_values(declared, params, seed, owner=owner, fill_missing=fill))
     return values
 
 
@@ -102,6 +130,10 @@ def check_host_capacity(program: Program) -> None:
     total = sum(
         t.type.nbytes for t in program.tensors.values() if t.kind not in ("buffer", "token")
     )
+    # the sources of derived params, while those are made (a param not derived is its own)
+    plain = {t.name for t in program.params_() if t.derive is None}
+    sources = {t.derive.source: t.derive.source_type for t in program.params_() if t.derive}
+    total += sum(t.nbytes for name, t in sources.items() if name not in plain)
     limit = host_memory_limit()
     if total > limit:
         raise CapacityError(

@@ -9,6 +9,9 @@ line per node in program order, then the outputs::
       %0 = matmul(x, w) : f16[128, 256]        # x @ w
       h = relu(%0) : f16[128, 256]
       output h
+
+A param made at load time (the precision pass's converted and quantized weights) says from
+what, by which rule: ``param w : i8[256, 256]  # = quantize(w: f16[256, 256], axis=1)``.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from rtgraph.ir.graph import (
     TensorType,
     WaitNode,
 )
+from rtgraph.ir.weights import describe
 from rtgraph.ops.fused import describe_body
 
 _DECLARED = ("input", "param", "const", "buffer")
@@ -54,6 +58,8 @@ def _declaration(t: Tensor) -> str:
         line += f" = {t.value!r}"
     if t.kind == "buffer" and t.address is not None:
         line += f" at {t.address:#x}"
+    if t.derive is not None:
+        line += f"  # = {describe(t.derive)}"
     return line
 
 
@@ -67,6 +73,8 @@ def _op_line(node: OpNode, program: Program) -> str:
         line = f"  {node.output} = fused[{body}]({', '.join(node.inputs)}{fast})"
     if out is not None and out.kind != "token":
         line += f" : {out.type}"
+    if out is not None and out.precision is not None:
+        line += f" @precision({out.precision})"
     if node.stream is not None:
         line += f" on {node.stream}"
     if node.after:

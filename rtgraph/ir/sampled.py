@@ -33,7 +33,7 @@ import numpy as np
 from rtgraph.dtypes import DTYPES, TensorType, to_value
 from rtgraph.ir.graph import OpNode, Program
 from rtgraph.ir.interpreter import check_host_capacity, dead_after, host_values
-from rtgraph.ops import lookup, run_kernel
+from rtgraph.ops import fusion_of, lookup, run_kernel
 from rtgraph.ops.cube import ROW_BLOCK, matmul_block, matmul_operand, row_blocks, sum_type
 from rtgraph.ops.rules import wide
 
@@ -115,9 +115,10 @@ def _operand_boxes(
         return _WHOLE, full
     op = lookup(node.op)
     dense = not any(name in views for name in node.inputs)
-    if op.fusion == "elementwise" and dense:
+    fusion = fusion_of(op, types, node.attrs)
+    if fusion == "elementwise" and dense:
         return _ELEMENTWISE, [_aligned(box, t.shape) for t in types]
-    if op.fusion == "row" and dense and node.attrs["axis"] % len(box) == len(box) - 1:
+    if fusion == "row" and dense and node.attrs["axis"] % len(box) == len(box) - 1:
         return _ROWS, [(*box[:-1], None), *full[1:]]
     if node.op == "matmul" and types[0].rank >= 2 and types[1].rank >= 2:
         return _MATMUL, [(*full[0][:-2], box[-2], None), (*full[1][:-1], box[-1])]

@@ -17,12 +17,17 @@ agree bit for bit and both behave like a device):
   summation), ``exp`` of f32 stays f32. The exception is ``conv2d``, which accumulates every
   float dtype in f64 and rounds once, so an output channel's value does not depend on where
   BLAS's blocking puts its column (:func:`.cube.accumulator`).
-* Integers compute in int64 and wrap (two's complement) to the output type: ``add``, ``mul``,
-  ``matmul``, ``conv2d`` and ``reduce_sum`` of i8/i32 overflow like the hardware's integer
-  units. Integer ``div`` truncates toward zero and ``x / 0`` is 0 (no trap, no crash);
-  ``reduce_mean`` and ``pool2d(kind=avg)`` of integers truncate toward zero as well.
+* Integers compute in int64 and wrap (two's complement) to the output type: ``add``, ``mul``
+  and ``reduce_sum`` of i8/i32 overflow like the hardware's integer units. ``matmul`` and
+  ``conv2d`` of i8 operands return i32, as a Cube accumulates int8 products in i32 (exact
+  until the sum passes 2**31, then wrapping); of i32 operands, i32. Integer ``div``
+  truncates toward zero and ``x / 0`` is 0 (no trap, no crash); ``reduce_mean`` and
+  ``pool2d(kind=avg)`` of integers truncate toward zero as well.
   ``scale`` of an integer tensor multiplies in f64, truncates toward zero and saturates
   (NaN, from ``0 * inf``, is 0).
+* ``quantize`` divides in f32, rounds half to even, adds the zero point and saturates (NaN is
+  the zero point); ``dequantize`` computes ``(q - zero_point) * scale`` in f64 and rounds
+  once (:mod:`.quant`).
 * ``cast`` from float to integer truncates toward zero, saturates at the integer range and maps
   NaN to 0; integer to integer wraps; int to bf16 rounds once (round-to-odd to f32 first).
 * Transcendental ops and normalisations (``exp log sqrt rsqrt tanh sigmoid gelu silu erf
@@ -34,7 +39,17 @@ agree bit for bit and both behave like a device):
   erf), so the exact GELU is ``0.5 * x * (1 + erf(x / sqrt(2)))``.
 """
 
-from rtgraph.ops import copies, cube, elementwise, fused, layout, movement, reductions, synthetic
+from rtgraph.ops import (
+    copies,
+    cube,
+    elementwise,
+    fused,
+    layout,
+    movement,
+    quant,
+    reductions,
+    synthetic,
+)
 from rtgraph.ops.registry import (
     REQUIRED,
     AttrSpec,
@@ -42,6 +57,7 @@ from rtgraph.ops.registry import (
     OpDef,
     OpError,
     all_ops,
+    fusion_of,
     language_op,
     language_ops,
     lookup,
@@ -51,9 +67,9 @@ from rtgraph.ops.registry import (
 from rtgraph.ops.table import op_table
 
 #: The op families, in the order the language spec lists them: Cube, Vector elementwise,
-#: reductions and normalisations, data movement and windows, layout, DMA, the synthetic kernel;
-#: then the ops only the compiler makes (the fused Vector kernel).
-FAMILIES = (cube, elementwise, reductions, movement, layout, copies, synthetic, fused)
+#: quantization, reductions and normalisations, data movement and windows, layout, DMA, the
+#: synthetic kernel; then the ops only the compiler makes (the fused Vector kernel).
+FAMILIES = (cube, elementwise, quant, reductions, movement, layout, copies, synthetic, fused)
 
 
 def _register_families() -> None:
@@ -72,6 +88,7 @@ __all__ = [
     "OpDef",
     "OpError",
     "all_ops",
+    "fusion_of",
     "language_op",
     "language_ops",
     "lookup",

@@ -3,7 +3,9 @@
 A matmul accumulates f16/bf16 in f32, as a Cube unit does (and as NumPy's only fast path does:
 its float16 matmul has no BLAS behind it), and f32 in f32. A conv2d accumulates every float dtype
 in f64 and rounds the sum once to the output dtype (:func:`accumulator` says why). Integers
-accumulate in int64 and wrap to the output type.
+multiply and sum exactly (in int64) and return i32, as a Cube's i32 accumulator does: an
+``i8 × i8`` product is i32 (:func:`result_dtype`), wrapping only past 2**31, and ``i32 × i32``
+stays i32.
 A matmul computes its rows in blocks of :data:`ROW_BLOCK` (see there).
 """
 
@@ -54,13 +56,23 @@ def sum_type(x: np.ndarray, widened: np.ndarray) -> np.ndarray:
     """``widened`` (the :func:`~rtgraph.ops.rules.wide` form of ``x``) in the type a matmul
     sums ``x`` in: f64 for an f32 ``x`` (BLAS's f32 order depends on the call's blocking,
     which once left ONNX's Inception v1 with 1,000 equal logits of 1.2e21 an ulp apart), the
-    wide form otherwise — f16 and bf16 sum in f32 through f32 BLAS, as the Cube does."""
-    return widened.astype(np.float64) if x.dtype == np.float32 else widened
+    wide form otherwise — f16 and bf16 sum in f32 through f32 BLAS, as the Cube does. An i8
+    ``x`` sums in f64 too: every product of two i8 values and every sum of fewer than 2**37 of
+    them is an integer f64 holds exactly, so f64 BLAS gives the exact integer product NumPy's
+    int64 matmul (no BLAS: a loop, 40 times slower at 1024²) would."""
+    return widened.astype(np.float64) if x.dtype in (np.float32, np.int8) else widened
 
 
 def matmul_operand(x: np.ndarray) -> np.ndarray:
     """``x`` as a matmul's kernel multiplies it: wide, C-contiguous, in its :func:`sum_type`."""
     return sum_type(x, wide_contiguous(x))
+
+
+def result_dtype(operands: str) -> str:
+    """The dtype of a Cube op's result on operands of dtype ``operands``: an integer product
+    accumulates in i32 (i8 × i8 → i32, as the Cube's int8 path does), a float one rounds back to
+    the operands' dtype."""
+    return "i32" if operands == "i8" else operands
 
 
 def _matmul_infer(types: Types, attrs: Attrs) -> TensorType:
@@ -91,7 +103,7 @@ def _matmul_infer(types: Types, attrs: Attrs) -> TensorType:
         ) from None
     rows = a.shape[-2:-1] if a.rank >= 2 else ()
     cols = b.shape[-1:] if b.rank >= 2 else ()
-    return TensorType((*batch, *rows, *cols), dtype)
+    return TensorType((*batch, *rows, *cols), result_dtype(dtype))
 
 
 def _matmul_cost(types: Types, out: TensorType, attrs: Attrs) -> Cost:
@@ -128,8 +140,16 @@ def _matmul_kernel(arrays: Arrays, attrs: Attrs) -> np.ndarray:
     a, b = matmul_operand(arrays[0]), matmul_operand(arrays[1])
     blocks = row_blocks(a)
     if blocks is None:
-        return matmul_block(a, b, None)
-    return np.concatenate([matmul_block(a, b, i) for i in blocks], axis=-2)
+        out = matmul_block(a, b, None)
+    else:
+        out = np.concatenate([matmul_block(a, b, i) for i in blocks], axis=-2)
+    return exact_integers(out, arrays[0])
+
+
+def exact_integers(out: np.ndarray, operand: np.ndarray) -> np.ndarray:
+    """An i8 product's f64 sums (exact integers) as int64, so the i32 result wraps past 2**31
+    as the Cube's accumulator does; any other result as it is."""
+    return out.astype(np.int64) if operand.dtype == np.int8 else out
 
 
 def _matmul_into(arrays: Arrays, attrs: Attrs, out: np.ndarray) -> None:
@@ -153,7 +173,8 @@ MATMUL = OpDef(
     kernel=_matmul_kernel,
     kernel_into=_matmul_into,
     doc="matrix product (`a @ b`): batch dims broadcast, rank-1 operands as in NumPy; "
-    "f16/bf16 accumulate in f32, f32 in f64 (rounded once)",
+    "f16/bf16 accumulate in f32, f32 in f64 (rounded once); i8 × i8 sums exactly and returns "
+    "i32 (wrapping only past 2^31, as the Cube's i32 accumulator)",
 )
 
 
@@ -185,7 +206,7 @@ def _conv2d_infer(types: Types, attrs: Attrs) -> TensorType:
         )
     oh = window_out("conv2d", h, kh, sh, (top, bottom), "height", 1, dh)
     ow = window_out("conv2d", wd, kw, sw, (left, right), "width", 1, dw)
-    return TensorType((n, o, oh, ow), dtype)
+    return TensorType((n, o, oh, ow), result_dtype(dtype))
 
 
 def _conv2d_cost(types: Types, out: TensorType, attrs: Attrs) -> Cost:
@@ -197,6 +218,8 @@ def _conv2d_cost(types: Types, out: TensorType, attrs: Attrs) -> Cost:
 def _conv2d_kernel(arrays: Arrays, attrs: Attrs) -> np.ndarray:
     # im2col as a strided view, then one batched matmul over (batch, group).
     x, w = accumulator(wide(arrays[0])), accumulator(wide(arrays[1]))
+    if arrays[0].dtype == np.int8:  # exact in f64 BLAS, as a matmul's (:func:`sum_type`)
+        x, w = x.astype(np.float64), w.astype(np.float64)
     g = attrs["groups"]
     o, cg, kh, kw = w.shape
     x = pad_hw(x, pads4("conv2d", attrs["padding"]))
@@ -207,7 +230,7 @@ def _conv2d_kernel(arrays: Arrays, attrs: Attrs) -> np.ndarray:
     cols = cols.reshape(n, g, oh * ow, cg * kh * kw)
     filters = w.reshape(g, o // g, cg * kh * kw).transpose(0, 2, 1)
     out = np.matmul(cols, filters)  # [n, g, oh*ow, o/g]
-    return out.transpose(0, 1, 3, 2).reshape(n, o, oh, ow)
+    return exact_integers(out.transpose(0, 1, 3, 2).reshape(n, o, oh, ow), arrays[0])
 
 
 CONV2D = OpDef(
@@ -227,7 +250,7 @@ CONV2D = OpDef(
         "dilation": AttrSpec("axes", 1, doc="spacing of the kernel's taps, int or [h, w]"),
     },
     doc="2-D convolution, NCHW input, OIHW weights [O, C/groups, KH, KW]; "
-    "floats accumulate in f64, rounded once",
+    "floats accumulate in f64, rounded once; i8 × i8 sums exactly and returns i32",
 )
 
 

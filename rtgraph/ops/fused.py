@@ -10,10 +10,12 @@ result has. The last step's result is the task's output.
 
 Its ``unit`` attribute says which body is which. ``vector`` (the default): every step is an op
 whose ``fusion`` allows it. ``cube``: step 0 is ``matmul`` or ``conv2d`` (the head) and every
-later step an epilogue (:data:`EPILOGUES`) of the step before it — the bias, scale and
-activation a Cube's output path applies as the result leaves the unit (the Ascend 910B's
-FixPipe), which device specs list per unit (``[units.cube] epilogues``). Which of them a device
-has is the compiler's business; this module checks only the shape of a body.
+later step an epilogue (:data:`EPILOGUES`) of the step before it — the dequantize, bias, scale,
+activation and quantize a Cube's output path applies as the result leaves the unit (the Ascend
+910B's FixPipe), which device specs list per unit (``[units.cube] epilogues``). An ``i8 × i8``
+head's i32 result may be dequantized to a float inside the body, so the dtype may change from
+step to step. Which epilogues a device has is the compiler's business; this module checks only
+the shape of a body.
 
 Numerics: each step's result is rounded to its own dtype exactly where the unfused op rounds it,
 so a fused task equals the ops it replaced bit for bit. With ``fast_math`` the intermediates of a
@@ -32,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from rtgraph.dtypes import DTYPES, TensorType, to_value
-from rtgraph.ops.registry import AttrSpec, Cost, OpDef, OpError, lookup, run_kernel
+from rtgraph.ops.registry import AttrSpec, Cost, OpDef, OpError, fusion_of, lookup, run_kernel
 from rtgraph.ops.rules import Arrays, Attrs, Types, operand_bytes
 
 #: The most steps one fused kernel may hold (a fused kernel is one on-chip loop body).
@@ -47,16 +49,31 @@ UNITS = ("vector", "cube")
 ACTIVATIONS = ("relu", "gelu", "silu", "sigmoid", "tanh")
 
 #: Every epilogue a device may list (``[units.cube] epilogues``), and what it is in IR terms. A
-#: Cube body applies each at most once, an activation last.
+#: Cube body applies each at most once, in the order of a Cube's output path (the 910B's
+#: FixPipe): ``dequant`` while the result is still the i32 accumulator, then ``bias``,
+#: ``scale``, one activation, and ``quant`` last (:func:`epilogue_may_follow`).
 EPILOGUES: dict[str, str] = {
+    "dequant": "dequantize of the i32 result (of an i8 × i8 Cube op): a scale per tensor or "
+    "one per output channel, no zero point",
     "bias": "add of a channel vector: one value per output channel (the last axis after "
     "matmul, axis 1 after conv2d), broadcast over the rest",
     "scale": "scale(x, s), or mul by a scalar or a channel vector (a dequantize's multiply)",
     **{name: f"{name}(x)" for name in ACTIVATIONS},
+    "quant": "quantize of the float result to i8: a scale per tensor, no zero point; last",
 }
+
+#: The epilogues that are ops of :mod:`rtgraph.ops.quant`, by op name.
+QUANT_EPILOGUES = {"dequantize": "dequant", "quantize": "quant"}
 
 #: The Cube ops that may head a Cube body, and the axis of their output channels.
 CHANNEL_AXIS = {"matmul": -1, "conv2d": 1}
+
+
+def _operand_types(values: list[TensorType], args: Any) -> list[TensorType]:
+    """The types a step's ``args`` name, as far as they are valid (checked after this)."""
+    if not isinstance(args, tuple | list):
+        return []
+    return [values[a] for a in args if isinstance(a, int) and 0 <= a < len(values)]
 
 
 def _bad(k: int, problem: str) -> OpError:
@@ -82,7 +99,7 @@ def step_types(types: Sequence[TensorType], body: Any, unit: Any = "vector") -> 
         op = lookup(name) if isinstance(name, str) else None
         if unit == "cube":
             _cube_op(k, name, op)
-        elif op is None or op.fusion is None:
+        elif op is None or fusion_of(op, _operand_types(values, args), _attr_dict(attrs)) is None:
             raise _bad(k, f"{name!r} is not a fusible op")
         if not isinstance(args, tuple | list) or not all(
             isinstance(a, int) and 0 <= a < len(values) for a in args
@@ -95,7 +112,8 @@ def step_types(types: Sequence[TensorType], body: Any, unit: Any = "vector") -> 
         if (out.dtype, tuple(out.shape)) != (dtype, tuple(shape)):
             raise _bad(k, f"{name} gives {out}, the body says {dtype}{list(shape)}")
         if unit == "cube" and k:
-            applied.append(_epilogue_step(k, body[0][0], name, args, values, len(types), applied))
+            kind = _epilogue_step(k, body[0][0], step, values, len(types), applied)
+            applied.append(kind)
         values.append(out)
     return values
 
@@ -111,32 +129,63 @@ def _cube_op(k: int, name: Any, op: OpDef | None) -> None:
 def _epilogue_step(
     k: int,
     head: str,
-    name: str,
-    args: Sequence[int],
+    step: Sequence[Any],
     values: Sequence[TensorType],
     inputs: int,
     applied: Sequence[str],
 ) -> str:
-    """The epilogue step ``k`` of a Cube body applies, refused unless it is one: an op of the
-    step before (read once) and of the task's inputs, applied at most once, an activation last."""
+    """The epilogue step ``k`` (``(op, args, attrs, …)``) of a Cube body applies, refused unless
+    it is one: an op of the step before (read once) and of the task's inputs, in the output
+    path's order (:func:`epilogue_may_follow`)."""
+    name, args, attrs = step[0], list(step[1]), _attr_dict(step[2])
     before = len(values) - 1
     others = [a for a in args if a != before]
     kind = None
-    if list(args).count(before) == 1 and all(a < inputs for a in others):
-        kind = epilogue_kind(head, name, [values[a] for a in args], list(args).index(before))
+    if args.count(before) == 1 and all(a < inputs for a in others):
+        operands = [values[a] for a in args]
+        kind = epilogue_kind(head, name, operands, args.index(before), attrs)
     if kind is None:
         raise _bad(k, f"{name} is not an epilogue of the step before ({', '.join(EPILOGUES)})")
-    if kind in applied or any(a in ACTIVATIONS for a in applied):
-        raise _bad(k, f"{kind} after {', '.join(applied)}: each epilogue once, an activation last")
+    if not epilogue_may_follow(applied, kind):
+        raise _bad(
+            k,
+            f"{kind} after {', '.join(applied)}: each epilogue once, an activation last "
+            "(but for a quant, last of all)",
+        )
     return kind
 
 
-def epilogue_kind(head: str, name: str, operands: Sequence[TensorType], chained: int) -> str | None:
-    """Which epilogue (:data:`EPILOGUES`) the op ``name`` on ``operands`` is, when
-    ``operands[chained]`` is the result of a Cube op ``head`` or of its epilogue so far (None:
-    none). The other operands are what the Cube's output path reads besides the result."""
+def epilogue_may_follow(applied: Sequence[str], kind: str) -> bool:
+    """Whether a Cube's output path applies epilogue ``kind`` after the ``applied`` ones: each
+    at most once, nothing after a ``quant`` (its i8 result leaves the unit) and only a ``quant``
+    after an activation — FixPipe's order, dequantize → bias → scale → ReLU → quantize (the
+    dequantize stands where the result is still i32, so before any float step)."""
+    if kind in applied or "quant" in applied:
+        return False
+    return kind == "quant" or not any(a in ACTIVATIONS for a in applied)
+
+
+def epilogue_kind(
+    head: str,
+    name: str,
+    operands: Sequence[TensorType],
+    chained: int,
+    attrs: Mapping[str, Any] | None = None,
+) -> str | None:
+    """Which epilogue (:data:`EPILOGUES`) the op ``name`` on ``operands`` (with ``attrs``) is,
+    when ``operands[chained]`` is the result of a Cube op ``head`` or of its epilogue so far
+    (None: none). The other operands are what the Cube's output path reads besides the result.
+
+    Without ``attrs`` a ``quantize`` is no epilogue (its result dtype is an attribute), and a
+    ``dequantize``'s per-channel scale counts only when the channel axis is the one axis of the
+    result of that length (so whatever its ``axis`` attribute, the scale runs along channels).
+    """
     x = operands[chained]
     others = [t for i, t in enumerate(operands) if i != chained]
+    if x.dtype == "i8":  # only a quantize makes an i8 in a Cube chain, and its result leaves
+        return None
+    if name in QUANT_EPILOGUES:
+        return _quant_kind(head, name, operands, chained, attrs)
     if not others and (name in ACTIVATIONS or name == "scale"):
         return name
     if len(others) != 1 or head not in CHANNEL_AXIS:
@@ -148,6 +197,38 @@ def epilogue_kind(head: str, name: str, operands: Sequence[TensorType], chained:
     if name == "mul" and (channel or all(d == 1 for d in other.shape)) and other.rank <= x.rank:
         return "scale"
     return None
+
+
+def _quant_kind(
+    head: str,
+    name: str,
+    operands: Sequence[TensorType],
+    chained: int,
+    attrs: Mapping[str, Any] | None,
+) -> str | None:
+    """``dequant`` or ``quant`` when the ``quantize`` / ``dequantize`` fits the output path: the
+    result is its first operand, the scale per tensor (``quant``) or per tensor or per output
+    channel (``dequant`` of the i32 accumulator), no zero point."""
+    if chained != 0 or len(operands) != 2:
+        return None
+    x, scale = operands
+    if name == "quantize":
+        fits = attrs is not None and attrs.get("dtype", "i8") == "i8" and scale.rank == 0
+        return "quant" if fits and DTYPES[x.dtype].is_float else None
+    if x.dtype != "i32" or scale.rank > 1:
+        return None
+    if scale.rank == 0:
+        return "dequant"
+    if head not in CHANNEL_AXIS or not x.rank:
+        return None
+    channel = CHANNEL_AXIS[head] % x.rank
+    if scale.shape != (x.shape[channel],):
+        return None
+    if attrs is None:
+        along = x.shape.count(x.shape[channel]) == 1
+    else:
+        along = isinstance(attrs.get("axis", 1), int) and attrs.get("axis", 1) % x.rank == channel
+    return "dequant" if along else None
 
 
 def _channel_vector(t: TensorType, x: TensorType, axis: int) -> bool:

@@ -111,7 +111,9 @@ class OpDef:
     tensor arguments (``reshape(x, [S, D])``, ``transpose(x, [1, 0])``, ``scale(x, 0.5)``).
     ``fusion`` says whether and how the optimizer may fuse it with its neighbours (see
     :data:`Fusion`). An ``internal`` op is made by the compiler, never written in a program:
-    the checker does not know it and the op table leaves it out.
+    the checker does not know it and the op table leaves it out. An op with no ``fusion`` joins
+    fused kernels as an elementwise op where ``fusion_when(types, attrs)`` holds for its operands
+    (:func:`fusion_of`: a quantize by a per-tensor scale, whose scalar operand broadcasts).
     """
 
     name: str
@@ -127,6 +129,7 @@ class OpDef:
     fusion: Fusion | None = None
     internal: bool = False
     kernel_into: Callable[[Sequence[np.ndarray], Mapping[str, Any], np.ndarray], None] | None = None
+    fusion_when: Callable[[Sequence[TensorType], Mapping[str, Any]], bool] | None = None
 
     def unit_for(self, attrs: Mapping[str, Any]) -> str:
         """The unit a task of this op runs on (``layout`` copies run on the Vector unit; an op
@@ -139,6 +142,20 @@ class OpDef:
 
 
 OPS: dict[str, OpDef] = {}
+
+#: Ops that only move elements — no arithmetic: a precision means nothing to them; they keep
+#: the dtype their operand arrives in (the precision pass, the checker's ``@precision``).
+ELEMENT_MOVES = frozenset({"reshape", "transpose", "broadcast_to", "concat", "slice", "copy"})
+
+
+def fusion_of(op: OpDef, types: Sequence[TensorType], attrs: Mapping[str, Any]) -> Fusion | None:
+    """How an application of ``op`` to operands of ``types`` may fuse: its ``fusion``, else
+    ``elementwise`` where its ``fusion_when`` holds for them, else None."""
+    if op.fusion is not None:
+        return op.fusion
+    if op.fusion_when is not None and op.fusion_when(types, attrs):
+        return "elementwise"
+    return None
 
 
 def register(op: OpDef) -> OpDef:

@@ -20,6 +20,7 @@ from rtgraph.compiler.options import CompileOptions
 from rtgraph.compiler.passes.lower import lower
 from rtgraph.ir.graph import HostCopyNode, OpNode, Program
 from rtgraph.ops.fused import describe_body
+from rtgraph.reports.precision import decision_lines
 
 #: How many dropped or merged values a pass's paragraph names before "and N more".
 SHOWN_NAMES = 8
@@ -73,6 +74,8 @@ def explain(program: Program, options: CompileOptions) -> str:
             plans = _tiling(previous, options)
         elif name == "stream_host_copies":
             plans = _streaming(previous, after_program, options)
+        elif name == "choose_precision" and options.precision != "keep":
+            plans = decision_lines(program, options)
         lines += [*(found if not plans or found != NO_CHANGE else []), *plans]
         previous, before = after_program, after
     lines.append(f"\nin all: {_change(first, before)}")

@@ -36,6 +36,13 @@ timeline. What may differ, and why:
 
 It reads the stream program for the order and the IR it came from (after the optimizer) for
 what each task computes: attributes, views (layout ops that made no task) and constants.
+
+A program with params made at load time (the precision pass's converted or quantized weights,
+``Tensor.derive``) is refused, with the param and its rule named: ``.rtg`` has no declaration
+for a weight converted once when the program is loaded, and writing the conversion as ops
+(``cast`` of a declared f32 source, say) would make a different program — a task on every call
+instead of none, the source resident as well as the param, another memory plan — which breaks
+the promise above that the source recompiles to the same program.
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ from typing import Any
 from rtgraph.errors import UsageError
 from rtgraph.frontend.values import format_number
 from rtgraph.ir.graph import OpNode, Program, Tensor
+from rtgraph.ir.weights import describe
 from rtgraph.ops import lookup
 from rtgraph.stream_program.program import (
     Alloc,
@@ -174,6 +182,15 @@ class _Printer:
             raise UsageError(
                 "--emit rtg prints a statically planned program",
                 hint="drop --alloc (run-time allocation has no source form)",
+            )
+        derived = [t for t in self.program.params_() if t.derive is not None]
+        if derived:
+            t = derived[0]
+            raise UsageError(
+                f"--emit rtg cannot print param '{t.name}' : {t.type}: it is made when the "
+                f"program is loaded, = {describe(t.derive)}, and .rtg has no declaration for "
+                "a weight converted at load time (as ops it would run on every call)",
+                hint="emit the program compiled with its own dtypes (--precision keep)",
             )
         own = int(self.compiled.meta.get("user_events", 0))
         self.user_events = self.program.events[:own]

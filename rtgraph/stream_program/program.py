@@ -28,8 +28,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal, TypeVar
 
-from rtgraph.dtypes import DTYPES
+from rtgraph.dtypes import DTYPES, TensorType
 from rtgraph.errors import Source, Span, StreamProgramError
+from rtgraph.ir.weights import Derive
 from rtgraph.stream_program.commands import (  # defined there, imported from here too
     COMMAND_FIELDS,
     COMMAND_NAMES,
@@ -156,7 +157,9 @@ class HostTensor:
     """A tensor that lives on the host or is initialised on the device before the program runs.
 
     ``role`` is ``input`` (copied in by an ``h2d`` task), ``output`` (copied out by ``d2h``),
-    ``param`` (resident on the device from load time) or ``const`` (a scalar baked in).
+    ``param`` (resident on the device from load time) or ``const`` (a scalar baked in). A
+    ``param`` with ``derive`` is made at load time from the data supplied (or generated) for the
+    source program's param ``derive.source`` (:mod:`rtgraph.ir.weights`).
     """
 
     name: str
@@ -165,6 +168,7 @@ class HostTensor:
     dtype: str
     value: float | None = None
     pinned: bool = True
+    derive: Derive | None = None
 
 
 @dataclass(frozen=True)
@@ -281,6 +285,40 @@ def _jsonable(v: Any) -> Any:
     return v
 
 
+def _host_to(h: HostTensor) -> dict[str, Any]:
+    d = {
+        "name": h.name,
+        "role": h.role,
+        "shape": list(h.shape),
+        "dtype": h.dtype,
+        "value": h.value,
+        "pinned": h.pinned,
+    }
+    if h.derive is not None:  # written only when there is one: other programs' JSON is as it was
+        r = h.derive
+        source = {"shape": list(r.source_type.shape), "dtype": r.source_type.dtype}
+        d["derive"] = {
+            "source": r.source,
+            "source_type": source,
+            "rule": r.rule,
+            "axis": r.axis,
+            "factor": r.factor,
+        }
+    return d
+
+
+def _host_from(h: dict[str, Any]) -> HostTensor:
+    r = h.get("derive")
+    derive = None
+    if r is not None:
+        declared = r["source_type"]
+        source = TensorType(tuple(int(n) for n in declared["shape"]), declared["dtype"])
+        axis = None if r["axis"] is None else int(r["axis"])
+        derive = Derive(r["source"], source, r["rule"], axis, float(r["factor"]))
+    shape = tuple(int(n) for n in h["shape"])
+    return HostTensor(h["name"], h["role"], shape, h["dtype"], h["value"], h["pinned"], derive)
+
+
 def to_dict(p: StreamProgram) -> dict[str, Any]:
     tasks = []
     for t in p.tasks:
@@ -338,17 +376,7 @@ def to_dict(p: StreamProgram) -> dict[str, Any]:
                 for r in p.memory.regions.values()
             ],
         },
-        "host_tensors": [
-            {
-                "name": h.name,
-                "role": h.role,
-                "shape": list(h.shape),
-                "dtype": h.dtype,
-                "value": h.value,
-                "pinned": h.pinned,
-            }
-            for h in p.host_tensors
-        ],
+        "host_tensors": [_host_to(h) for h in p.host_tensors],
         "source": None if p.source is None else {"name": p.source.name, "text": p.source.text},
         "meta": _jsonable(p.meta),
     }
@@ -399,17 +427,7 @@ def from_dict(data: Any) -> StreamProgram:
         tasks=tasks,
         commands=commands,
         memory=MemoryPlan(mem["policy"], regions, int(mem["total_bytes"]), int(mem["alignment"])),
-        host_tensors=[
-            HostTensor(
-                h["name"],
-                h["role"],
-                tuple(int(n) for n in h["shape"]),
-                h["dtype"],
-                h["value"],
-                h["pinned"],
-            )
-            for h in data["host_tensors"]
-        ],
+        host_tensors=[_host_from(h) for h in data["host_tensors"]],
         num_events=int(data["num_events"]),
         source=source,
         meta=data.get("meta") or {},

@@ -5,9 +5,10 @@ dataclass is built: task ids are ``0..n-1`` in order, every stream a command nam
 event ids are below ``num_events``, every task is launched exactly once, regions lie inside
 ``memory.total_bytes``, every operand's bytes lie inside its tensor's region (or, for a view,
 inside device memory) and no view is larger than the plan, host copies name host tensors of the
-right role and size, and each op task's output is what the op's own rule gives for its inputs
-and attributes (so a kernel never computes more than the operands hold). Every error names the
-field by its JSON path, as the schema check does.
+right role and size, each param's ``derive`` can make it from a source that fits device memory
+(one declared type per source), and each op task's output is what the op's own rule gives for its
+inputs and attributes (so a kernel never computes more than the operands hold). Every error
+names the field by its JSON path, as the schema check does.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from typing import Any
 
 from rtgraph.dtypes import DTYPES, TensorType
 from rtgraph.errors import did_you_mean
+from rtgraph.ir.weights import Derive, derive_problem
 from rtgraph.ops.registry import OpError, all_ops, lookup
 from rtgraph.stream_program.schema import MAX_ELEMENTS, refuse
 
@@ -31,6 +33,7 @@ def check_references(data: Mapping[str, Any]) -> None:
     streams = _streams(data["streams"])
     regions = _regions(data["memory"]["regions"], total)
     hosts = _host_tensors(data["host_tensors"], regions, total)
+    _derived(data["host_tensors"], total)
     tasks = data["tasks"]
     for i, task in enumerate(tasks):
         _task(task, f"tasks[{i}]", i, len(tasks), regions, hosts, total)
@@ -92,6 +95,37 @@ def _host_tensors(
             )
         found[h["name"]] = (h["role"], count, h["shape"][0] if h["shape"] else 1)
     return found
+
+
+def _derived(hosts: Sequence[Mapping[str, Any]], total: int) -> None:
+    """Each param's ``derive`` can make it (:func:`~rtgraph.ir.weights.derive_problem`) from a
+    source the device could hold, and every param the user supplies has one declared type."""
+    supplied: dict[str, tuple[TensorType, str]] = {}
+    for i, h in enumerate(hosts):
+        path, r = f"host_tensors[{i}]", h.get("derive")
+        target = TensorType(tuple(h["shape"]), h["dtype"])
+        name, declared, where = h["name"], target, f"{path}.shape"
+        if r is not None:
+            if h["role"] != "param":
+                raise refuse(
+                    f"{path}.derive", f"must be null for role '{h['role']}': only params are made"
+                )
+            name, where = r["source"], f"{path}.derive.source_type"
+            declared = TensorType(tuple(r["source_type"]["shape"]), r["source_type"]["dtype"])
+            count = _elements(declared.shape, f"{where}.shape")
+            if count * DTYPES[declared.dtype].itemsize > total:
+                raise refuse(
+                    where, f"{declared} takes {declared.nbytes:,} bytes, more than {_memory(total)}"
+                )
+            derive = Derive(name, declared, r["rule"], r["axis"], float(r["factor"]))
+            problem = derive_problem(derive, target)
+            if problem is not None:
+                raise refuse(f"{path}.derive", f"cannot make {target}: {problem}")
+        elif h["role"] != "param":
+            continue
+        known, first = supplied.setdefault(name, (declared, where))
+        if known != declared:
+            raise refuse(where, f"param '{name}' is supplied as {known} ({first}), not {declared}")
 
 
 def _operand(

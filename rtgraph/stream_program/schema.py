@@ -25,6 +25,7 @@ from typing import Any
 
 from rtgraph.dtypes import DTYPES
 from rtgraph.errors import StreamProgramError, did_you_mean
+from rtgraph.ir.weights import RULES
 
 #: The most bytes a stream program's JSON may have; larger files are refused before they are
 #: read or parsed (the bundled models compile to under 200 kB).
@@ -94,6 +95,19 @@ def _command(cmd: str, required: list[str], properties: dict[str, Any]) -> dict[
 
 
 _ALLOCATOR_FIELDS = {"allocator": _NAME, "allocated": _BYTES, "reserved": _BYTES}
+_COMMANDS = ["launch", "record", "wait", "barrier", "callback", "sync", "alloc", "free"]
+_DTYPE = _ref("dtype")
+#: A param made at load time from a source param's data (:class:`rtgraph.ir.weights.Derive`).
+_DERIVE = _object(
+    ["source", "source_type", "rule", "axis", "factor"],
+    {
+        "source": _NAME,
+        "source_type": _object(["shape", "dtype"], {"shape": _ref("shape"), "dtype": _DTYPE}),
+        "rule": {"enum": list(RULES)},
+        "axis": {"type": ["integer", "null"], "minimum": -MAX_RANK, "maximum": MAX_RANK - 1},
+        "factor": _number(-MAX_FLOAT, MAX_FLOAT),
+    },
+)
 
 #: The published JSON Schema of a stream program (``docs/stream-program.schema.json``).
 SCHEMA_DOC: dict[str, Any] = {
@@ -164,6 +178,7 @@ SCHEMA_DOC: dict[str, Any] = {
                         "maximum": MAX_FLOAT,
                     },
                     "pinned": {"type": "boolean"},
+                    "derive": {"anyOf": [_ref("derive"), {"type": "null"}]},
                 },
             )
         ),
@@ -177,6 +192,7 @@ SCHEMA_DOC: dict[str, Any] = {
     },
     "$defs": {
         "dtype": {"enum": list(DTYPES)},
+        "derive": _DERIVE,
         "shape": _list(_int(0, MAX_ELEMENTS), maxItems=MAX_RANK),
         "span": _list(_ID, minItems=4, maxItems=4),
         "range": _list(_BYTES, minItems=2, maxItems=2),
@@ -238,20 +254,7 @@ SCHEMA_DOC: dict[str, Any] = {
         "command": {
             "type": "object",
             "required": ["cmd"],
-            "properties": {
-                "cmd": {
-                    "enum": [
-                        "launch",
-                        "record",
-                        "wait",
-                        "barrier",
-                        "callback",
-                        "sync",
-                        "alloc",
-                        "free",
-                    ]
-                }
-            },
+            "properties": {"cmd": {"enum": _COMMANDS}},
             "oneOf": [
                 _command("launch", ["stream", "task"], {**_STREAM, "task": _ID}),
                 _command(

@@ -24,6 +24,7 @@ and raises ``ValueError``.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Literal
 
 from rtgraph.device.spec import DeviceSpec, UnitSpec
@@ -99,6 +100,13 @@ def block_dim_for(
     bytes_per_core = spec.memory.bandwidth / found.cores * MIN_CORE_WORK_US / 1e6
     wanted = max(math.ceil(flops / flops_per_core), math.ceil(bytes_moved / bytes_per_core))
     return min(max(wanted, 1), found.cores)
+
+
+def arithmetic_dtype(unit: str, operands: Sequence[str], result: str) -> str:
+    """The dtype whose peak rate a task computes at: a Cube multiplies its operands' type (an
+    ``i8 × i8`` product runs at the i8 rate and accumulates into i32, an f16 one into f32), a
+    Vector unit computes in its result's type (a cast to f16 at the f16 rate)."""
+    return operands[0] if unit == "cube" and operands else result
 
 
 def compute_us(unit: str, dtype: str, flops: float, cores: int, spec: DeviceSpec) -> float:

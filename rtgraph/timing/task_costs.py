@@ -32,7 +32,7 @@ from rtgraph.device.spec import DeviceSpec
 from rtgraph.dtypes import DTYPES
 from rtgraph.errors import DeviceError, UsageError
 from rtgraph.stream_program.program import StreamProgram, Task
-from rtgraph.timing.costmodel import compute_us, dma_us, unit_of
+from rtgraph.timing.costmodel import arithmetic_dtype, compute_us, dma_us, unit_of
 from rtgraph.timing.engine import STATE, Engine
 
 PROFILES = ("task_trace", "op_trace")
@@ -139,9 +139,9 @@ def _nbytes(task: Task) -> int:
 
 
 def _compute_dtype(task: Task) -> str:
-    if task.output is not None:
-        return task.output.dtype
-    return task.inputs[0].dtype if task.inputs else "f32"
+    if task.output is None:
+        return task.inputs[0].dtype if task.inputs else "f32"
+    return arithmetic_dtype(task.unit, [o.dtype for o in task.inputs[:1]], task.output.dtype)
 
 
 def task_costs(program: StreamProgram, spec: DeviceSpec, stretch: float = 1.0) -> TaskCosts:

@@ -28,7 +28,7 @@ from rtgraph.compiler.optimizer.rewrite import (
 )
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.ir.graph import Node, OpNode, Program
-from rtgraph.ops import lookup
+from rtgraph.ops import fusion_of, lookup
 from rtgraph.ops.fused import MAX_STEPS
 
 
@@ -48,9 +48,12 @@ def _fusible(node: Node, program: Program) -> bool:
         return False
     assert isinstance(node, OpNode)
     op = lookup(node.op)
-    if op is None or op.fusion is None or not node.inputs:
+    if op is None or not node.inputs:
         return False
-    if op.fusion == "row":
+    fusion = fusion_of(op, [program.tensors[n].type for n in node.inputs], node.attrs)
+    if fusion is None:
+        return False
+    if fusion == "row":
         rank = program.tensors[node.inputs[0]].type.rank
         return rank > 0 and node.attrs.get("axis", -1) % rank == rank - 1
     return True

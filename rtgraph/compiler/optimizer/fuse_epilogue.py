@@ -3,8 +3,10 @@ Cube task, as a Cube's output path (the Ascend 910B's FixPipe) applies them on t
 
 A Cube op heads a chain; the chain grows by the one op reading its last result when that result
 is read by nothing else and keeps no name (:func:`~.rewrite.pinned`), and the op is an epilogue
-(:func:`rtgraph.ops.fused.epilogue_kind`: a bias add, a scale, an activation) that the bound
-device's ``[units.cube] epilogues`` lists — each at most once, an activation last. A chain of two
+(:func:`rtgraph.ops.fused.epilogue_kind`: a dequantize of the int32 result, a bias add, a
+scale, an activation, a quantize to int8) that the bound device's ``[units.cube] epilogues``
+lists — each at most once, in the output path's order
+(:func:`rtgraph.ops.fused.epilogue_may_follow`). A chain of two
 or more ops becomes one ``fused`` op with ``unit = "cube"`` (:mod:`rtgraph.ops.fused`): its
 intermediates disappear from the program and the Vector tasks that applied the epilogue with
 them. It runs before ``fuse_elementwise``, so that the bias and activation go to the Cube rather
@@ -33,7 +35,7 @@ from rtgraph.compiler.optimizer.rewrite import (
 )
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.ir.graph import Node, OpNode, Program
-from rtgraph.ops.fused import ACTIVATIONS, CHANNEL_AXIS, epilogue_kind
+from rtgraph.ops.fused import CHANNEL_AXIS, epilogue_kind, epilogue_may_follow
 
 
 def fuse_epilogue(program: Program, options: CompileOptions) -> Program:
@@ -75,8 +77,8 @@ def _chain(
         if node is None or not movable(node) or id(node) in taken or "block_dim" in node.attrs:
             return chain
         operands = [program.tensors[n].type for n in node.inputs]
-        kind = epilogue_kind(head.op, node.op, operands, node.inputs.index(last))
-        if kind not in allowed or kind in applied or any(a in ACTIVATIONS for a in applied):
+        kind = epilogue_kind(head.op, node.op, operands, node.inputs.index(last), node.attrs)
+        if kind not in allowed or not epilogue_may_follow(applied, kind):
             return chain
         chain.append(node)
         applied.append(kind)

@@ -13,6 +13,8 @@ PASSES: dict[str, str] = {
     "fold_layout": "transpose of a transpose, reshape of a reshape, identity layouts: one or none",
     "eliminate_common_subexpressions": "one op applied twice to the same operands is computed once",
     "eliminate_dead_code": "ops whose results nothing uses are dropped",
+    "choose_precision": "ops recomputed in the dtypes --precision asks for (f16, int8 with "
+    "calibrated scales, or per op under an error budget); nothing under --precision keep",
     "fuse_epilogue": "a matmul / conv2d and the bias, scale, activation after it: one Cube task",
     "fuse_elementwise": "chains and trees of Vector ops become one task (inputs read once)",
     "tile_and_pipeline": "a Cube-to-Vector chain is cut into K tiles (K by the cost model) and "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
+from rtgraph.compiler.optimizer.choose_precision import choose_precision
 from rtgraph.compiler.optimizer.eliminate_common_subexpressions import (
     eliminate_common_subexpressions,
 )
@@ -35,6 +36,7 @@ PASS_FUNCTIONS: dict[str, OptPass] = {
     "fold_layout": fold_layout,
     "eliminate_common_subexpressions": eliminate_common_subexpressions,
     "eliminate_dead_code": eliminate_dead_code,
+    "choose_precision": choose_precision,
     "fuse_epilogue": fuse_epilogue,
     "fuse_elementwise": fuse_elementwise,
     "tile_and_pipeline": tile_and_pipeline,

@@ -21,7 +21,8 @@ from typing import Any
 
 from rtgraph.dtypes import TensorType
 from rtgraph.ir.graph import OpNode
-from rtgraph.ops import lookup
+from rtgraph.ops import fusion_of, lookup
+from rtgraph.ops.quant import tile_operands
 
 Split = tuple[int | None, ...]
 
@@ -74,9 +75,10 @@ def operand_axes(
     op = lookup(node.op)
     if op is None or not 0 <= axis < out.rank:
         return None
-    if op.fusion == "elementwise":
+    fusion = fusion_of(op, types, node.attrs)
+    if fusion == "elementwise":
         return _elementwise(axis, types, out)
-    if op.fusion == "row":
+    if fusion == "row":
         return _rows(axis, types, out, node.attrs)
     if node.op == "matmul":
         return _matmul(axis, types, out)
@@ -85,6 +87,8 @@ def operand_axes(
         return (perm[axis] % out.rank,)
     if node.op == "reshape":
         return _reshape(axis, types, out)
+    if node.op in ("quantize", "dequantize"):
+        return tile_operands(axis, types, node.attrs)
     if node.op == "fused":
         return _fused(node, axis, types, out)
     return None

@@ -40,7 +40,7 @@ from rtgraph.dtypes import TensorType
 from rtgraph.ir.graph import Node, OpNode, Program, Tensor
 from rtgraph.ops import lookup
 from rtgraph.ops.cube import ROW_BLOCK
-from rtgraph.timing.costmodel import block_dim_for, estimate_us
+from rtgraph.timing.costmodel import arithmetic_dtype, block_dim_for, estimate_us
 
 #: The tile counts tried (a tile count divides the cut axis; more tiles pay more launches).
 TILE_COUNTS = (2, 3, 4, 6, 8, 12, 16)
@@ -178,7 +178,8 @@ def op_duration(
     unit = op.unit_for(node.attrs)
     moved = cost.bytes_read + cost.bytes_written
     cores = block_dim_for(unit, cost.flops, moved, spec, None)
-    return unit, estimate_us(unit, out.dtype, cost.flops, moved, cores, spec)
+    dtype = arithmetic_dtype(unit, [t.dtype for t in types], out.dtype)
+    return unit, estimate_us(unit, dtype, cost.flops, moved, cores, spec)
 
 
 # --- the rewrite ---------------------------------------------------------------------------

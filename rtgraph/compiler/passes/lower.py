@@ -32,7 +32,7 @@ from rtgraph.ir.graph import (
 )
 from rtgraph.ops import lookup
 from rtgraph.ops.layout import VIEW_OPS, view_layout
-from rtgraph.timing.costmodel import block_dim_for
+from rtgraph.timing.costmodel import arithmetic_dtype, block_dim_for
 
 if TYPE_CHECKING:  # for annotations only: the options module imports the passes' vocabularies
     from rtgraph.compiler.options import CompileOptions
@@ -323,7 +323,7 @@ class _Builder:
                     bytes_read=cost.bytes_read,
                     bytes_written=cost.bytes_written,
                     block_dim=block_dim,
-                    dtype=t_out.type.dtype,
+                    dtype=arithmetic_dtype(unit, [t.dtype for t in in_types], t_out.type.dtype),
                     attrs={k: v for k, v in node.attrs.items() if k != "block_dim"},
                     stream=node.stream,
                     span=node.span,
