@@ -19,7 +19,9 @@ params):
 
 Moves are taken greedily by gain per unit of error; the longest prefix of that order whose whole
 program keeps every output within ``--error-budget`` of the f32 program's is found by bisection
-(each probe one run of the interpreter per batch). A layer's precision is the cheapest form
+(each probe one run of the interpreter per batch); then the moves past the first that broke
+the budget are tried one by one, largest gain first (:data:`EXTRA_PROBES` of them), each kept
+if the budget still holds. A layer's precision is the cheapest form
 among its moves taken. Sensitive ops (:data:`SENSITIVE`: softmax, normalisations, long
 reductions) never go below f16 — they have no int8 form here. If even the f32 program cannot
 meet the budget (outputs declared f16 round it off, say), the program keeps its own dtypes
@@ -345,39 +347,44 @@ class _Analysis:
         )
         out = "f16" if _has_rate(self.spec, "f16") else None
 
-        def choice_of(n: int) -> Choice:
+        def choice_of(taken: Sequence[tuple[int, str, float, float]]) -> Choice:
             chosen: dict[int, str] = {k: "f32" for k, _ in self.layers}
-            for k, form, _, _ in moves[:n]:
+            for k, form, _, _ in taken:
                 if chosen[k] != "int8":
                     chosen[k] = form
             return Choice({**chosen, **self.fixed}, self.scales, out)
 
         seen: dict[int, dict[str, Accuracy]] = {}
 
-        def holds(n: int) -> tuple[bool, dict[str, Accuracy]]:
-            found = seen[n] = self.accuracy_of(choice_of(n))
-            return budget.holds({o: _metric(a, budget.metric) for o, a in found.items()}), found
+        def holds(taken: Sequence[tuple[int, str, float, float]]) -> bool:
+            found = seen[len(taken)] = self.accuracy_of(choice_of(taken))
+            return budget.holds({o: _metric(a, budget.metric) for o, a in found.items()})
 
         top = len(moves)
-        if top and holds(top)[0]:  # every move fits the budget: the common case, one probe
-            return self._decided(choice_of(top), figures, budget, None, seen[top])
-        ok, at_zero = holds(0)
-        if not ok:
-            name, worst = _worst(at_zero, budget.metric)
+        if top and holds(moves):  # every move fits the budget: the common case, one probe
+            return self._decided(choice_of(moves), figures, budget, None, seen[top])
+        if not holds([]):
+            name, worst = _worst(seen[0], budget.metric)
             warning = (
                 f"error budget {budget} cannot be met even in f32: output '{name}' "
                 f"({self.program.tensors[name].type.dtype}) reaches {budget.metric} "
                 f"{worst:.6g}; keeping the program's own dtypes"
             )
             return self._decided(Choice(self.fixed, self.scales), figures, budget, warning)
-        lo, hi = 0, top - 1  # lo holds, top does not: the largest n that holds
+        lo, hi = 0, top - 1  # moves[:lo] hold, all of them do not: the longest prefix that holds
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if holds(mid)[0]:
+            if holds(moves[:mid]):
                 lo = mid
             else:
                 hi = mid - 1
-        return self._decided(choice_of(lo), figures, budget, None, seen[lo])
+        taken, outputs = list(moves[:lo]), seen[lo]
+        # moves[lo] broke the budget; of the rest, try those that gain most, each on its own.
+        for move in sorted(moves[lo + 1 :], key=lambda m: -m[3])[:EXTRA_PROBES]:
+            if holds([*taken, move]):
+                taken.append(move)
+                outputs = seen[len(taken)]
+        return self._decided(choice_of(taken), figures, budget, None, outputs)
 
     def _decided(
         self,
@@ -397,6 +404,10 @@ class _Analysis:
             self.options.precision, choice, tuple(rows), outputs, budget, self.probes, warning
         )
 
+
+#: After the bisection, how many of the moves past the first that broke the budget auto tries
+#: one by one, largest gain first (each is a run of the program on every calibration batch).
+EXTRA_PROBES = 6
 
 #: Cheaper forms in the order a layer steps down through them.
 LADDER = ("f16", "int8")
