@@ -52,6 +52,7 @@ class MemoryRow:
     greedy_bytes: int  # pool of the greedy plan
     lower_bound: int  # the most bytes live at once (no plan can do better)
     stream_ordered_bytes: int = 0  # pool of the stream-ordered plan under by-unit streams
+    proven: bool = False  # the greedy plan's pool proven the smallest (the planner's proof)
 
     @property
     def saving(self) -> float:

@@ -263,6 +263,7 @@ def _memory_row(name: str, program: Program, spec: DeviceSpec) -> MemoryRow:
         greedy_bytes=int(notes["pool_bytes"]),
         lower_bound=int(notes["pool_lower_bound"]),
         stream_ordered_bytes=int(ordered.meta["memory"]["pool_bytes"]),
+        proven=bool(notes.get("pool_proven", False)),
     )
 
 

@@ -83,6 +83,7 @@ def memory_table(rows: Sequence[MemoryRow]) -> str:
             pct(r.saving),
             mib(r.lower_bound),
             f"{r.over_bound:.2f}",
+            "yes" if r.proven else "no",
             mib(r.stream_ordered_bytes),
         ]
         for r in rows
@@ -95,9 +96,10 @@ def memory_table(rows: Sequence[MemoryRow]) -> str:
         "saving",
         "max-live MiB",
         "greedy ÷ max-live",
+        "proven optimal",
         "stream-ordered MiB (by-unit)",
     ]
-    return table(header, body, [False] + [True] * 7)
+    return table(header, body, [False] + [True] * 6 + [False, True])
 
 
 def alloc_table(rows: Sequence[AllocRow]) -> str:

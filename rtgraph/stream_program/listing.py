@@ -104,8 +104,8 @@ def compile_report(program: StreamProgram) -> list[str]:
     mem = program.meta.get("memory")
     if mem and not program.memory.policy.startswith("runtime:"):
         out.append(
-            f"memory ({mem['policy']}): activations {mem['pool_bytes']:,} B, lower bound "
-            f"{mem['pool_lower_bound']:,} B, no reuse {mem['pool_none_bytes']:,} B "
+            f"memory ({mem['policy']}): activations {mem['pool_bytes']:,} B{_proof(mem)}, "
+            f"lower bound {mem['pool_lower_bound']:,} B, no reuse {mem['pool_none_bytes']:,} B "
             f"(saving {mem['saving']:.1%}); resident {mem['resident_bytes']:,} B"
         )
     alloc = program.meta.get("alloc")
@@ -116,6 +116,13 @@ def compile_report(program: StreamProgram) -> list[str]:
             f"{alloc['peak_allocated_bytes']:,} B, peak reserved {alloc['peak_reserved_bytes']:,} B"
         )
     return out
+
+
+def _proof(mem: dict) -> str:
+    """Whether the plan's pool is proven the smallest (absent in programs older than it)."""
+    if "pool_proven" not in mem:
+        return ""
+    return " (proven optimal)" if mem["pool_proven"] else " (not proven optimal)"
 
 
 def event_edges(program: StreamProgram) -> list[tuple[int, int, str]]:

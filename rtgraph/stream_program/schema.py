@@ -86,6 +86,8 @@ _BYTES = _int(0, MAX_BYTES)
 _COUNT = _int(0, MAX_COUNT)
 _ID = _int(0, MAX_ID)
 _US = _number(0, MAX_DURATION_US)
+_BOOL = {"type": "boolean"}
+_FLOAT = _number(-MAX_FLOAT, MAX_FLOAT)
 _OPTIONAL_SPAN = {"anyOf": [_ref("span"), {"type": "null"}]}
 _STREAM = {"stream": _ID}
 
@@ -177,7 +179,7 @@ SCHEMA_DOC: dict[str, Any] = {
                         "minimum": -MAX_FLOAT,
                         "maximum": MAX_FLOAT,
                     },
-                    "pinned": {"type": "boolean"},
+                    "pinned": _BOOL,
                     "derive": {"anyOf": [_ref("derive"), {"type": "null"}]},
                 },
             )
@@ -270,7 +272,7 @@ SCHEMA_DOC: dict[str, Any] = {
                     {
                         **_STREAM,
                         "name": _NAME,
-                        "blocking": {"type": "boolean"},
+                        "blocking": _BOOL,
                         "span": _OPTIONAL_SPAN,
                     },
                 ),
@@ -338,7 +340,7 @@ SCHEMA_DOC: dict[str, Any] = {
                         "resident_bytes",
                         "saving",
                     ],
-                    "properties": {"policy": _NAME, "saving": _number(-MAX_FLOAT, MAX_FLOAT)},
+                    "properties": {"policy": _NAME, "pool_proven": _BOOL, "saving": _FLOAT},
                     "additionalProperties": _COUNT,
                 },
                 "alloc": {

@@ -198,15 +198,16 @@ def timed_lifetimes(graph: TaskGraph) -> tuple[tuple[int, ...], dict[str, tuple[
     return order, lives
 
 
-def _pack(records: list[Record], alignment: int) -> tuple[dict[str, int], int, int]:
-    """Offsets, height and max-live bound of one pool."""
+def _pack(records: list[Record], alignment: int) -> tuple[dict[str, int], int, int, bool]:
+    """Offsets, height, max-live bound of one pool, and whether the height is proven optimal
+    (at the bound, or by the exact search)."""
     if not records:
-        return {}, 0, 0
+        return {}, 0, 0, True
     # The search is cheap when a greedy already meets the max-live bound (the usual case for
     # models); a small budget bounds it when not, and large programs take the greedy.
     method = "best" if len(records) <= SEARCH_LIMIT else "fast"
     placement = plan(records, alignment=alignment, method=method, budget=SEARCH_BUDGET)
-    return placement.offsets, placement.height, placement.lower_bound
+    return placement.offsets, placement.height, placement.lower_bound, placement.proven
 
 
 def _per_stream_records(records: list[Record], lives: dict[str, Life]) -> dict[int, list[Record]]:
@@ -225,7 +226,7 @@ def _stack(groups: dict[int, list[Record]], alignment: int) -> tuple[dict[str, i
     offsets: dict[str, int] = {}
     base = bound = 0
     for group in groups.values():
-        inner, height, lower = _pack(group, alignment)
+        inner, height, lower, _ = _pack(group, alignment)
         offsets.update({name: base + off for name, off in inner.items()})
         base += align_up(height, alignment)
         bound += lower
@@ -257,9 +258,10 @@ def _resident_regions(graph: TaskGraph, alignment: int) -> tuple[dict[str, Regio
 
 def _pool_offsets(
     records: list[Record], policy: str, lives: dict[str, Life] | None, alignment: int
-) -> tuple[dict[str, int], int, int, list[Record]]:
-    """Offsets in the pool, its height, its max-live bound, and the records as placed (with
-    the per-stream lives when the per-stream pools won)."""
+) -> tuple[dict[str, int], int, int, list[Record], bool]:
+    """Offsets in the pool, its height, its max-live bound, the records as placed (with the
+    per-stream lives when the per-stream pools won), and whether the height is proven
+    optimal."""
     if policy == "none":
         offsets, offset = {}, 0
         for r in records:
@@ -268,8 +270,8 @@ def _pool_offsets(
         # Only the max-live bound is wanted, not a placement: no planner runs (and no pair
         # of conflicting lifetimes is listed).
         bound = build_problem(records, alignment, max_pairs=0).lower_bound if records else 0
-        return offsets, offset, bound, records
-    offsets, height, lower_bound = _pack(records, alignment)
+        return offsets, offset, bound, records, offset <= bound
+    offsets, height, lower_bound, proven = _pack(records, alignment)
     if lives is not None:
         # One pool per stream, as a stream-ordered allocator keeps them, when that is
         # smaller: a tensor's bytes wait only for its own stream's later takers.
@@ -277,8 +279,9 @@ def _pool_offsets(
         per_stream = _stack(split, alignment)
         if per_stream[1] < height:
             offsets, height, lower_bound = per_stream
+            proven = height <= lower_bound
             records = [r for group in split.values() for r in group]
-    return offsets, height, lower_bound, records
+    return offsets, height, lower_bound, records, proven
 
 
 def plan_memory(graph: TaskGraph, options: CompileOptions) -> TaskGraph:
@@ -321,7 +324,7 @@ def plan_with(graph: TaskGraph, policy: str, *, check_capacity: bool = True) -> 
         for s in pooled
     ]
     none_height = sum(align_up(max(s.nbytes, 1), alignment) for s in pooled)
-    offsets, height, lower_bound, records = _pool_offsets(records, policy, lives, alignment)
+    offsets, height, lower_bound, records, proven = _pool_offsets(records, policy, lives, alignment)
     for r in records:
         kind = graph.storages[r.id].kind
         regions[r.id] = Region(r.id, pool_base + offsets[r.id], r.size, kind, r.lower, r.upper - 1)
@@ -345,6 +348,7 @@ def plan_with(graph: TaskGraph, policy: str, *, check_capacity: bool = True) -> 
             "resident_bytes": pool_base,
             "pool_bytes": height,
             "pool_lower_bound": lower_bound,
+            "pool_proven": proven,
             "pool_none_bytes": none_height,
             "saving": 1.0 - height / none_height if none_height else 0.0,
         },
