@@ -228,6 +228,7 @@ HOST_KEYS: dict[str, Rule] = {
     "callback_us": optional(NONNEG),
     "sync_us": optional(NONNEG),
     "batch_flush": optional(choice("switch", "full")),
+    "graph_launch_us": optional(NONNEG),
 }
 SCHEDULER_KEYS: dict[str, Rule] = {
     "queue_depth": POSITIVE_INT,

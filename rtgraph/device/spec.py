@@ -73,6 +73,9 @@ class HostSpec:
     callback_us: float = 1.0
     sync_us: float = 1.0
     batch_flush: Literal["switch", "full"] = "switch"
+    #: Host time of one graph replay (CUDA ``cudaGraphLaunch``, CANN ``aclmdlRIExecuteAsync``):
+    #: one submission whatever the task count. Specs without the key get this default.
+    graph_launch_us: float = 10.0
 
 
 @dataclass(frozen=True)

@@ -55,7 +55,8 @@ def describe(spec: DeviceSpec | Sequence[DeviceSpec]) -> str:
         f"  host      link {_si(h.link_bandwidth, 'B/s')} (pageable"
         f" {_si(h.pageable_bandwidth, 'B/s')}), latency {_us(h.link_latency_us)}; ioctl"
         f" {_us(h.ioctl_us)}, submit {_us(h.submit_us)}/task, batch {h.batch_size};"
-        f" callback {_us(h.callback_us)}, sync {_us(h.sync_us)}",
+        f" callback {_us(h.callback_us)}, sync {_us(h.sync_us)},"
+        f" graph launch {_us(h.graph_launch_us)}",
         f"  scheduler queue depth {s.queue_depth}, {order}; events {s.event_mode}"
         f" (max {s.max_events}); {s.priorities} priorities; on failure {s.failure_mode};"
         f" callbacks {callbacks}",

@@ -69,6 +69,18 @@ SUBMIT = RUN
 Step = tuple[int, ...]
 
 
+#: A graph replay's step: ``(GRAPH, i, first command, end command)`` — the commands
+#: ``[first, end)`` (a captured graph replayed by ``rtgraph.runtime.Graph.replay``) go to their
+#: streams in one submission costing ``host.graph_launch_us``. Their runs are the step's parts.
+GRAPH = max(RUN, SYNC, HOST_WORK, PAGEABLE, NEVER_RECORDED) + 1
+
+
+def graph_launches(program: StreamProgram) -> list[tuple[int, int]]:
+    """The command ranges ``[first, end)`` the program marks as graph replays
+    (``meta["graph_launches"]``, written by the runtime API), sorted."""
+    return sorted((int(a), int(b)) for a, b in program.meta.get("graph_launches", ()))
+
+
 def host_plan(
     program: StreamProgram, tables: StreamTables, batch: dict[int, int], flush_on_switch: bool
 ) -> list[Step]:
@@ -76,24 +88,73 @@ def host_plan(
     plans = derived(program, "host_plans", lambda _: {})
     key = (tuple(sorted(batch.items())), flush_on_switch)
     if key not in plans:
-        plans[key] = _plan(tables, batch, flush_on_switch)
+        graphs = graph_launches(program)
+        segments = _split_at(tables.segments, graphs) if graphs else tables.segments
+        plans[key] = _plan(tables, segments, batch, flush_on_switch, graphs)
     return plans[key]
 
 
-def _plan(tables: StreamTables, batch: dict[int, int], flush_on_switch: bool) -> list[Step]:
+def _split_at(segments: list, graphs: list[tuple[int, int]]) -> list:
+    """The segments with every run cut where a graph replay starts or ends (a run covers
+    the consecutive commands ``i .. i + entries - 1``, one entry each)."""
+    cuts = sorted({c for a, b in graphs for c in (a, b)})
+    out = []
+    for seg in segments:
+        code, i, sid, lo, count = seg
+        if code != RUN:
+            out.append(seg)
+            continue
+        end = i + count
+        for c in cuts:
+            if i < c < end:
+                out.append((RUN, i, sid, lo, c - i))
+                lo, i = lo + c - i, c
+        out.append((RUN, i, sid, lo, end - i))
+    return out
+
+
+def _plan(
+    tables: StreamTables,
+    segments: list,
+    batch: dict[int, int],
+    flush_on_switch: bool,
+    graphs: list[tuple[int, int]],
+) -> list[Step]:
     """Walk the commands as the host does, a segment at a time, batching without time:
     ``(SUBMIT, i, stream, lo, hi)``, ``(HOST_WORK, i)``, ``(SYNC, i)``, ``(PAGEABLE, i,
-    task)``, ``(NEVER_RECORDED, i)``, ``i`` the command the host is at when it takes the step."""
+    task)``, ``(NEVER_RECORDED, i)``, ``(GRAPH, i, first, end, stream, lo, hi, …)``, ``i``
+    the command the host is at when it takes the step. Pending batches are flushed before a
+    graph replay; its runs go in the graph's one submission, whatever the batch sizes."""
     steps: list[Step] = []
     pending: dict[int, list[int]] = {}  # stream → [first entry, entries]; insertion = flush order
     command = tables.command
+    upcoming = list(reversed(graphs))
+    graph: list[int] | None = None  # the open replay: [first, end, stream, lo, hi, …]
 
     def flush_all(i: int) -> None:
         for sid, (lo, n) in pending.items():
             steps.append((SUBMIT, i, sid, lo, lo + n))
         pending.clear()
 
-    for code, i, sid, lo, count in tables.segments:
+    def close_graph() -> None:
+        nonlocal graph
+        if graph is not None:
+            steps.append((GRAPH, graph[1] - 1, *graph))
+            graph = None
+
+    for code, i, sid, lo, count in segments:
+        if graph is not None and i >= graph[1]:
+            close_graph()
+        while upcoming and upcoming[-1][1] <= i:
+            upcoming.pop()
+        if graph is None and upcoming and upcoming[-1][0] <= i:
+            flush_all(i)
+            graph = list(upcoming.pop())
+        if graph is not None:
+            if code == RUN:
+                graph += [sid, lo, lo + count]
+                continue
+            close_graph()  # a replay holds only queue entries: anything else ends it
         if code == SYNC:
             flush_all(i)
             steps.append((SYNC, i))
@@ -125,6 +186,7 @@ def _plan(tables: StreamTables, batch: dict[int, int], flush_on_switch: bool) ->
             first, filled = end, filled - size
         if filled:  # the rest starts a new batch (last in flush order)
             pending[sid] = [first, filled]
+    close_graph()
     flush_all(tables.num_commands)
     return steps
 
@@ -253,6 +315,8 @@ class Host:
                 if cost > 0:
                     self.activities.append(("submit", now, now + cost, n, sid))
                     yield cost
+            elif kind == GRAPH:
+                yield from self._graph_launch(step)
             elif kind == HOST_WORK:
                 # The host thread itself spends the allocator's time (run-time allocation).
                 cmd = commands[step[1]]
@@ -276,6 +340,35 @@ class Host:
                 assert isinstance(cmd, Wait)
                 hw.report(self._never_recorded(cmd.event, f"stream {cmd.stream} waits", cmd.span))
         self.at_command = len(commands)
+
+    def _graph_launch(self, step: Step) -> Generator[Request, None, None]:
+        """One graph replay: a single submission of ``host.graph_launch_us`` whatever its
+        task count; every part enters its stream's queue when it completes. A part that would
+        overfill a queue waits for room first (no extra host cost: the runtime feeds the rest
+        of the graph, as a device-side graph executor does)."""
+        engine, hw, depth = self.engine, self.hw, self.depth
+        streams, submitted = hw.streams, self.submitted
+        first, end = step[2], step[3]
+        parts = [step[k : k + 3] for k in range(4, len(step), 3)]
+        cost = self.spec.host.graph_launch_us
+        now = engine.now
+        self.ioctls += 1
+        n = sum(hi - lo for _, lo, hi in parts)
+        self.activities.append(("graph launch", now, now + cost, (n, first, end), None))
+        if cost > 0:
+            yield cost
+        for sid, lo, hi in parts:
+            st = streams[sid]
+            submitted[sid] = hi
+            for a in range(lo, hi, depth):
+                b = min(hi, a + depth)
+                if st.occupancy + (b - a) > depth:
+                    yield from self._block(
+                        lambda st=st, k=b - a: st.occupancy + k <= depth or hw.stopped,
+                        f"queue full ({st.label()})",
+                    )
+                st.occupancy += b - a
+                engine.at(engine.now, STATE, hw.arrive, (st, a, b))
 
     def _never_recorded(self, event: int, who: str, span: Any) -> DeviceError:
         return DeviceError(

@@ -118,7 +118,8 @@ class HostActivity:
     """A slice of a host lane.
 
     ``lane`` is "host" or "callback"; ``kind`` is "submit", "blocked", "callback", or (run-time
-    allocation) "alloc" / "free".
+    allocation) "alloc" / "free", or "graph launch" (one replay of a captured graph: one
+    submission, whatever its task count).
     """
 
     lane: str

@@ -63,7 +63,7 @@ from rtgraph.timing.task_costs import TaskCosts, profile_stretch, task_costs
 
 FAILURE_MODES = ("continue", "stop")
 #: Host activity kinds the host thread is busy in (the others: blocked, callback).
-HOST_BUSY = ("submit", "alloc", "free")
+HOST_BUSY = ("submit", "alloc", "free", "graph launch")
 
 
 def run(
@@ -390,7 +390,7 @@ class _Run:
                     kind,
                     s,
                     e,
-                    f"ioctl {label} → {streams[sid].label()}" if kind == "submit" else label,
+                    _host_label(kind, label, sid, streams),
                     sid,
                 )
                 for kind, s, e, label, sid in host_rows
@@ -476,6 +476,17 @@ class _Run:
         found += inversions(start, end, self.hw.task_stream, conflicts)
         found.sort(key=lambda r: (r.overlap_start, r.first, r.second, r.kind))
         return found
+
+
+def _host_label(kind: str, label: Any, sid: int | None, streams: Any) -> str:
+    """A host slice's label: a submit names its entries and stream, a graph launch its tasks
+    and the commands it replays."""
+    if kind == "submit":
+        return f"ioctl {label} → {streams[sid].label()}"
+    if kind == "graph launch":
+        n, first, end = label
+        return f"graph launch: {n} entries (commands {first}..{end - 1})"
+    return label
 
 
 def _host_stats(

@@ -27,8 +27,9 @@ stream that reads another stream's result without ``wait_event`` really races in
 emulator, and :func:`last_run` shows the races its detector saw.
 
 The API is thread-safe in ``torch.cuda``'s way: the current device and each device's current
-stream are per thread, everything else is shared under one lock (:mod:`.state`). The full
-guide is ``docs/runtime-api.md``.
+stream are per thread, everything else is shared under one lock (:mod:`.state`). Work
+captured with ``rt.graph(g, stream=s)`` is replayed by ``g.replay()`` as one host submission
+(:mod:`.graphs`). The full guide is ``docs/runtime-api.md``.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from rtgraph.runtime.device import (
     set_device,
     synchronize,
 )
+from rtgraph.runtime.graphs import CaptureError, Graph, graph
 from rtgraph.runtime.memory import (
     _dump_snapshot,
     _snapshot,
@@ -103,8 +105,10 @@ def recorded_program(device: int | str | None = None) -> StreamProgram:
 __all__ = [
     "DEFAULT_ALLOCATOR",
     "DEFAULT_DEVICE",
+    "CaptureError",
     "DeviceProperties",
     "Event",
+    "Graph",
     "Stream",
     "Tensor",
     "_dump_snapshot",
@@ -119,6 +123,7 @@ __all__ = [
     "from_numpy",
     "get_device_name",
     "get_device_properties",
+    "graph",
     "last_run",
     "max_memory_allocated",
     "max_memory_reserved",

@@ -39,6 +39,7 @@ from rtgraph.alloc import Allocator, CachingPool, Frame, from_memory_spec
 from rtgraph.device.spec import DeviceSpec
 from rtgraph.emulator import RunResult, run
 from rtgraph.errors import DeviceError, RtgError, UsageError
+from rtgraph.runtime.capture import CaptureError
 from rtgraph.runtime.recorder import Recorder
 
 
@@ -179,13 +180,28 @@ class Context:
 
     # --- device memory ---------------------------------------------------------------------
     def allocate(self, nbytes: int, stream: int) -> Storage:
-        """Device memory for a new tensor, made for ``stream`` (stream-ordered reuse)."""
+        """Device memory for a new tensor, made for ``stream`` (stream-ordered reuse).
+
+        During a graph capture the tensor belongs to the graph (its private pool): the graph
+        keeps it alive, and the block must need no ordering after work outside the capture."""
+        capture = self.recorder.capture
+        if capture is not None:
+            capture.check_stream(stream, "an allocation (outside the graph's private pool)")
         self.process_events()
         self.allocator.set_context(caller_frames())
         try:
             got = self.allocator.malloc(nbytes, stream)
         finally:
             self.allocator.set_context(())
+        if capture is not None and got.wait_for:
+            self.allocator.free(got.handle, stream)
+            raise CaptureError(
+                f"an allocation inside graph capture reuses memory last used on stream(s) "
+                f"{', '.join(map(str, got.wait_for))}, outside the capture (outside the graph's "
+                "private pool)",
+                hint="allocate the graph's tensors before capturing, or synchronize before the "
+                "capture so the caching allocator has free memory of its own",
+            )
         for other in got.wait_for:
             # The block was freed on another stream: order our use after that stream's work.
             event = self.acquire_event()
@@ -195,6 +211,8 @@ class Context:
         region = self.recorder.add_region(got.address, max(nbytes, 1))
         storage = Storage(self, region, got.handle, got.address, nbytes, stream)
         weakref.finalize(storage, _release, weakref.ref(self), got.handle, stream, storage.used_on)
+        if capture is not None:
+            capture.keep.append(storage)
         return storage
 
     def release(self, handle: int, stream: int, used_on: list[int]) -> None:
@@ -277,6 +295,8 @@ class Context:
     def run(self) -> RunResult:
         """The emulated run of everything recorded so far (reused while nothing was added)."""
         rec = self.recorder
+        if rec.capture is not None:
+            raise rec.capture.host_sync("a query or read of device results")
         if self._ran_at == len(rec.commands):
             if self.error is not None:
                 raise self.error

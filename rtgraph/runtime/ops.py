@@ -183,6 +183,10 @@ def launch(
     )
     assert out._storage is not None
     out._storage.writer = task
+    capture = ctx.recorder.capture
+    if capture is not None:  # for the graph: what it writes, and its static inputs
+        capture.written.append(out._storage)
+        capture.inputs += [t for t in tensors if not any(t._storage is k for k in capture.keep)]
     return out
 
 

@@ -14,12 +14,13 @@ share bytes); a task's ``reads``/``writes`` are the byte extents of its operand 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 import numpy as np
 
 from rtgraph.device.spec import DeviceSpec
+from rtgraph.runtime.capture import Capture, CaptureError
 from rtgraph.stream_program.program import (
     Command,
     HostTensor,
@@ -62,6 +63,8 @@ class Recorder:
         self.generations: list[int] = []  # per event id: how many records were submitted
         self._regions: dict[str, _RegionUse] = {}
         self.memory_end = 0
+        self.capture: Capture | None = None  # the graph capture in progress, if any
+        self.graph_launches: list[tuple[int, int]] = []  # replayed command ranges
 
     # --- streams, events, regions ----------------------------------------------------------
     def add_stream(self, priority: int) -> int:
@@ -103,6 +106,10 @@ class Recorder:
         deps: tuple[int, ...] = (),
     ) -> int:
         """Append a task and its Launch on ``stream``; returns the task id."""
+        if self.capture is not None:
+            if host is not None:
+                raise self.capture.host_sync(f"a host-device copy ({op})")
+            self.capture.launched(stream, len(self.commands), f"{op} enqueued")
         tid = len(self.tasks)
         reads = tuple(dict.fromkeys(o.extent for o in inputs))
         writes = (output.extent,) if output is not None else ()
@@ -145,6 +152,8 @@ class Recorder:
         value: np.ndarray | None = None,
     ) -> str:
         """Declare the host side of one copy (its own name); an input keeps its data."""
+        if self.capture is not None:
+            raise self.capture.host_sync("a copy between host and device memory")
         name = f"{'h2d' if role == 'input' else 'd2h'}{len(self.host_tensors)}"
         self.host_tensors.append(HostTensor(name, role, shape, dtype, pinned=pinned))
         if value is not None:
@@ -153,15 +162,84 @@ class Recorder:
 
     def record(self, stream: int, event: int) -> int:
         """Record ``event`` on ``stream``; returns the record's generation (1, 2, …)."""
+        if self.capture is not None:
+            self.capture.recorded(stream, event, len(self.commands))
         self.generations[event] += 1
         self.commands.append(Record(stream, event))
         return self.generations[event]
 
     def wait(self, stream: int, event: int) -> None:
+        if self.capture is not None:
+            self.capture.waited(stream, event, len(self.commands))
         self.commands.append(Wait(stream, event))
 
     def sync(self, kind: Literal["event", "stream", "device"], target: int | None = None) -> None:
+        if self.capture is not None:
+            what = "device" if target is None else f"{kind} {target}"
+            raise self.capture.host_sync(f"a synchronize of the {what}")
         self.commands.append(Sync(kind, target))
+
+    # --- graph capture and replay ----------------------------------------------------------
+    def begin_capture(self, stream: int) -> Capture:
+        """Start capturing the work enqueued on ``stream`` (see :mod:`.capture`)."""
+        if self.capture is not None:
+            raise CaptureError(
+                f"a capture begun on stream {stream} while stream {self.capture.origin} is "
+                "already capturing",
+                hint="end the current capture first; captures do not nest",
+            )
+        self.capture = Capture(
+            stream,
+            len(self.commands),
+            len(self.tasks),
+            list(self.generations),
+            {name: u.last for name, u in self._regions.items()},
+        )
+        return self.capture
+
+    def end_capture(self, check: bool = True) -> tuple[list[Command], dict[int, Task]]:
+        """Stop capturing; cut the captured commands and tasks out of the recording (they were
+        never submitted) and return them. ``check``: refuse an unjoined forked stream."""
+        cap = self.capture
+        assert cap is not None
+        self.capture = None
+        commands = self.commands[cap.first_command :]
+        tasks = {t.id: t for t in self.tasks[cap.first_task :]}
+        del self.commands[cap.first_command :]
+        del self.tasks[cap.first_task :]
+        del self.task_stream[cap.first_task :]
+        for event, count in enumerate(cap.generations):
+            self.generations[event] = count
+        for event in range(len(cap.generations), len(self.generations)):
+            self.generations[event] = 0
+        for name, use in self._regions.items():
+            use.last = cap.region_last.get(name, use.first)
+            use.first = min(use.first, use.last)
+        if check:
+            cap.check_joined()
+        return commands, tasks
+
+    def replay(self, commands: list[Command], tasks: dict[int, Task]) -> dict[int, int]:
+        """Append one replay of captured work, marked as one graph launch for the host;
+        returns each captured task's id in this replay."""
+        first = len(self.commands)
+        ids: dict[int, int] = {}
+        for cmd in commands:
+            if isinstance(cmd, Launch):
+                t = tasks[cmd.task]
+                tid = ids[t.id] = len(self.tasks)
+                for name in t.regions:
+                    self._regions[name].last = tid
+                deps = tuple(sorted({ids.get(d, d) for d in t.deps}))
+                self.tasks.append(replace(t, id=tid, name=f"{t.op}{tid}", deps=deps))
+                self.task_stream.append(cmd.stream)
+                self.commands.append(Launch(cmd.stream, tid))
+            elif isinstance(cmd, Record):
+                self.record(cmd.stream, cmd.event)
+            else:
+                self.commands.append(cmd)
+        self.graph_launches.append((first, len(self.commands)))
+        return ids
 
     # --- the program -----------------------------------------------------------------------
     def program(self) -> StreamProgram:
@@ -181,5 +259,6 @@ class Recorder:
             ),
             host_tensors=list(self.host_tensors),
             num_events=self.num_events,
-            meta={"origin": "rtgraph.runtime"},
+            meta={"origin": "rtgraph.runtime"}
+            | ({"graph_launches": [list(r) for r in self.graph_launches]} if self.graph_launches else {}),
         )

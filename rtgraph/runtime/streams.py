@@ -236,6 +236,8 @@ class Event:
         ctx = self._checked()
         s = self._stream(stream, "record")
         self._generation = ctx.recorder.record(s.id, self.id)
+        if ctx.recorder.capture is not None:
+            ctx.recorder.capture.keep.append(self)  # the graph records this id on replay
 
     @locked
     def wait(self, stream: Stream | None = None) -> None:
