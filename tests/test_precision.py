@@ -364,3 +364,42 @@ def test_int8_requantizes_in_the_cube_where_a_view_stands_between_two_products()
     assert [t.name for t in compiled.tasks if t.op == "quantize"] == ["x/i8"]
     result = rtgraph.run(compiled, device="ascend-910b")
     _equal(result, evaluate(_optimized(program, options)))
+
+
+def test_a_program_with_explicit_streams_refuses_a_precision(capsys):
+    path = MODELS / "double_buffer.rtg"
+    assert main(["run", str(path), "--precision", "f16"]) == 2
+    assert "compiled as written" in capsys.readouterr().err
+    assert main(["run", str(path), "--timing-only"]) == 0
+
+
+def test_an_onnx_model_calibrates_with_its_own_weights(tmp_path):
+    """int8 calibrates an imported model with the weights it carries: the second product's
+    activation is 1000 times what seeded weights would give, so a scale calibrated on those
+    would saturate it (cosine far below 0.999)."""
+    onnx = pytest.importorskip("onnx")
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(3)
+    w1 = (rng.standard_normal((16, 32)) * 1000).astype(np.float32)
+    w2 = rng.standard_normal((32, 8)).astype(np.float32)
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "W1"], ["h"]),
+            helper.make_node("Relu", ["h"], ["r"]),
+            helper.make_node("MatMul", ["r", "W2"], ["y"]),
+        ],
+        "mlp",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [64, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [64, 8])],
+        initializer=[numpy_helper.from_array(w1, "W1"), numpy_helper.from_array(w2, "W2")],
+    )
+    path = tmp_path / "mlp.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)]), path)
+    program = rtgraph.load(path, device="ascend-910b")
+    options = CompileOptions(precision="int8", streams="by-unit", calibration_method="max")
+    compiled = rtgraph.compile(program, options=options)
+    x = rng.standard_normal((64, 16)).astype(np.float32)
+    got = rtgraph.run(compiled, inputs={"x": x}, params=program.weights).outputs["y"]
+    want = np.maximum(x.astype(np.float64) @ w1, 0) @ w2
+    assert accuracy(got, want).cosine > 0.999

@@ -56,6 +56,12 @@ def chosen_passes(options: CompileOptions) -> tuple[str, ...]:
 def optimize_steps(program: Program, options: CompileOptions) -> Iterator[tuple[str, Program]]:
     """Each chosen pass's name and the program after it, in order."""
     if program.has_explicit_streams:
+        if options.precision != "keep":
+            raise UsageError(
+                f"--precision {options.precision}: program '{program.name}' places its work on "
+                "streams itself, so it is compiled as written and no optimizer pass runs",
+                hint="write the dtypes you want in the program, or leave --precision out",
+            )
         return
     for name in chosen_passes(options):
         program = PASS_FUNCTIONS[name](program, options)
