@@ -289,3 +289,26 @@ def test_a_refused_point_records_its_error_instead_of_figures() -> None:
     result = evaluate_point(dataclasses.replace(task, text="program broken( {\n"))
     assert list(result) == ["error"] and "error:" in result["error"]
     assert evaluate_point(task)["makespan_us"] > 0
+
+
+def test_a_sweep_over_precision_prices_each_form_in_time_and_error(tmp_path: Path) -> None:
+    """precision is an axis: with numerics, max_rel_error is what the form costs against the
+    program as written (the MLP is f16: 0 for keep, more for bf16's 8-bit mantissa and int8) and
+    the makespan what it buys."""
+    path = write(
+        tmp_path,
+        """[sweep]
+mode = "grid"
+numerics = true
+
+[axes]
+model = ["MODELS/mlp.rtg"]
+precision = ["keep", "bf16", "int8"]
+""",
+    )
+    done = run_sweep(path, tmp_path / "out", workers=1)
+    rows = {row["precision"]: row for row in done.rows}
+    assert set(rows) == {"keep", "bf16", "int8"} and not any(r["error"] for r in rows.values())
+    errors = {p: float(rows[p]["max_rel_error"]) for p in rows}
+    assert errors["keep"] == 0 < errors["bf16"] and 0 < errors["int8"]
+    assert float(rows["int8"]["makespan_us"]) != float(rows["keep"]["makespan_us"])

@@ -44,9 +44,11 @@ def code_version() -> str:
 
 
 def options_data(options: CompileOptions) -> dict[str, object]:
-    """The options as JSON data (the device is hashed on its own)."""
+    """The options as JSON data (the device is hashed on its own; a compile's calibration
+    weights are the program's, which the program text covers)."""
+    skip = ("device", "calibration_params")
     return {
-        f.name: getattr(options, f.name) for f in dataclasses.fields(options) if f.name != "device"
+        f.name: getattr(options, f.name) for f in dataclasses.fields(options) if f.name not in skip
     }
 
 

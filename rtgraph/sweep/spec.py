@@ -13,7 +13,7 @@
     device = ["toy", "ascend-910b"]
     streams = ["single", "by-unit"]
     memory = ["greedy", "stream-ordered"]
-    # also alloc, opt_level, batch_size, fast_math: any compile option the CLI sets
+    # also alloc, opt_level, batch_size, fast_math, precision: any compile option the CLI sets
 
     [axes.params]                 # program parameters; every model must declare each
     B = [64, 128]
@@ -55,6 +55,7 @@ OPTION_AXES: dict[str, type] = {
     "opt_level": int,
     "batch_size": int,
     "fast_math": bool,
+    "precision": str,
 }
 #: Every axis, in the order a point and the table list them.
 AXES: tuple[str, ...] = ("model", "device", *OPTION_AXES)

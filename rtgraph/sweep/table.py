@@ -1,7 +1,7 @@
 """A sweep's results as one tidy table: a row per point, a column per axis and per figure.
 
 The columns, in order (:data:`COLUMNS` says what each holds; ``sweep.json`` repeats it):
-``point``, the axes (``model`` … ``fast_math``), ``program`` (its name), one ``param_NAME``
+``point``, the axes (``model`` … ``precision``), ``program`` (its name), one ``param_NAME``
 per swept parameter, the figures (``makespan_us``, one ``util_UNIT`` per unit the devices
 have, ``memory_peak_bytes``, ``events``, ``waits``, ``tasks``, ``hbm_bytes``,
 ``host_busy_us``, ``compile_s``, and ``max_rel_error`` when numerics are on), ``error``
@@ -42,6 +42,7 @@ COLUMNS: dict[str, str] = {
     "opt_level": "optimization level",
     "batch_size": "host submission batch (empty: the device's)",
     "fast_math": "fused kernels keep f32 intermediates",
+    "precision": "the dtypes the program computes in (--precision)",
     "program": "the program's name (empty when the point was refused before parsing)",
     "param_NAME": "a swept program parameter",
     "makespan_us": FIGURES["makespan_us"],
