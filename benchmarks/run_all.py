@@ -136,6 +136,13 @@ SCRIPTS: tuple[tuple[str, list[str], list[str], str], ...] = (
         "error against the f32 program (issue 17: auto ≥ 1.4× at cosine ≥ 0.999)",
     ),
     (
+        "graph_replay",
+        ["benchmarks/graph_replay.py"],
+        ["benchmarks/graph_replay.py"],
+        "a decode step's ops captured once and replayed 64 times against eager submission: host "
+        "time and makespan per step (issue 18)",
+    ),
+    (
         "sweep",
         ["benchmarks/sweep.py"],
         ["benchmarks/sweep.py", "--quick"],

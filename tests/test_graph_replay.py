@@ -7,6 +7,11 @@ plus its roofline (:func:`rtgraph.timing.costmodel.estimate_us`), a sync 1 µs t
 
 from __future__ import annotations
 
+import itertools
+import json
+import re
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -14,8 +19,13 @@ from hypothesis import strategies as st
 
 from rtgraph import runtime as rt
 from rtgraph.device import load_device
-from rtgraph.errors import RtgError, ShapeError
+from rtgraph.device.load import parse_device
+from rtgraph.device.spec import HostSpec
+from rtgraph.emulator import run
+from rtgraph.errors import DeviceSpecError, RtgError, ShapeError
 from rtgraph.runtime import ops
+from rtgraph.stream_program import StreamProgram
+from rtgraph.stream_program.schema import check_document
 from rtgraph.timing.costmodel import estimate_us
 
 D = 8  # the model width
@@ -83,7 +93,7 @@ def _per_step(result: rt.RunResult, kinds: tuple[str, ...]) -> tuple[list[float]
     host = [a for a in result.host_activities if a.lane == "host"]
     sync_ends = [a.end for a in host if a.kind == "blocked" and a.label.startswith("sync stream")]
     busy, spans = [], []
-    for lo, hi in zip(sync_ends, sync_ends[1:], strict=False):
+    for lo, hi in itertools.pairwise(sync_ends):
         busy.append(sum(a.end - a.start for a in host if a.kind in kinds and lo <= a.start < hi))
         spans.append(hi - lo)
     return busy, spans
@@ -124,9 +134,7 @@ def test_decode_loop_replay_cuts_host_time_and_makespan_by_the_spec_figures():
     assert eager_spans == pytest.approx([expected_eager] * (STEPS - 1), rel=1e-9)
     assert replay_spans == pytest.approx([expected_replay] * (STEPS - 1), rel=1e-9)
     # The makespan per step moves by exactly the launch overheads the spec implies.
-    assert eager_spans[0] - replay_spans[0] == pytest.approx(
-        host.ioctl_us - host.graph_launch_us
-    )
+    assert eager_spans[0] - replay_spans[0] == pytest.approx(host.ioctl_us - host.graph_launch_us)
 
 
 def test_host_lane_shows_one_submission_per_replay():
@@ -265,9 +273,8 @@ def test_other_streams_work_without_an_event_is_refused():
     err = _capture_error(go)
     assert "not recorded inside this capture" in err.message
     # and enqueueing on a stream the capture never forked:
-    with pytest.raises(rt.CaptureError, match="not being captured"):
-        with rt.graph(rt.Graph(), stream=s):
-            other.record_event()
+    with pytest.raises(rt.CaptureError, match="not being captured"), rt.graph(rt.Graph(), stream=s):
+        other.record_event()
 
 
 def test_capture_errors_are_rtg_errors():
@@ -328,3 +335,54 @@ def test_replay_equals_eager_bit_for_bit(chain, seed):
     g.replay()
     rt.synchronize()
     np.testing.assert_array_equal(y.numpy(), eager)
+
+
+# --- the device spec key and the program's JSON form -----------------------------------------
+
+
+def test_a_spec_without_graph_launch_us_loads_with_the_documented_default():
+    text = (Path(load_device("toy").source).read_text(encoding="utf-8")).replace(
+        "graph_launch_us", "# graph_launch_us"
+    )
+    spec = parse_device(text, "old-toy.toml")
+    assert spec.host.graph_launch_us == HostSpec.graph_launch_us == 10.0
+    assert load_device("toy").host.graph_launch_us == 2.0
+    with pytest.raises(DeviceSpecError, match="graph_launch_us"):
+        parse_device(text.replace("# graph_launch_us = 2.0", "graph_launch_us = -1"), "bad.toml")
+
+
+def test_replays_survive_the_programs_json_form():
+    x = rt.tensor(np.ones((2, 2), np.float32))
+    s = rt.Stream()
+    g = rt.Graph()
+    with rt.graph(g, stream=s):
+        ops.relu(ops.neg(x))
+    g.replay()
+    g.replay()
+    program = rt.recorded_program()
+    check_document(json.loads(program.to_json()))
+    loaded = StreamProgram.from_json(program.to_json())
+    assert loaded.meta["graph_launches"] == [[1, 3], [3, 5]]
+    result = run(loaded, load_device("toy"), inputs=rt.state.context().recorder.inputs)
+    assert [a.kind for a in result.host_activities if a.lane == "host"].count("graph launch") == 2
+
+
+def test_a_graph_longer_than_the_queue_is_fed_in_parts(tmp_path):
+    text = Path(load_device("toy").source).read_text(encoding="utf-8")
+    text = text.replace('name = "toy"', 'name = "toy-shallow"')
+    text = re.sub(r"(?m)^queue_depth = \d+", "queue_depth = 4", text)
+    path = tmp_path / "toy-shallow.toml"
+    path.write_text(text, encoding="utf-8")
+    rt.set_device(str(path))
+    x = rt.tensor(np.ones((1, 4), np.float32))
+    s = rt.Stream()
+    g = rt.Graph()
+    with rt.graph(g, stream=s):
+        for _ in range(5):
+            x.copy_(ops.scale(x, 2.0))  # 10 tasks, a queue of 4
+    g.replay()
+    g.replay()
+    s.synchronize()
+    assert x.numpy().tolist() == [[1024.0] * 4]
+    launches = [a for a in rt.last_run().host_activities if a.kind == "graph launch"]
+    assert len(launches) == 2

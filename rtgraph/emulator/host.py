@@ -15,6 +15,10 @@ The host thread walks ``program.commands`` in order (one process of the event lo
   enough entries retire ("queue full"; other batches are not flushed meanwhile);
 * before the host blocks — a Sync, or a copy of pageable host memory — every pending batch is
   flushed (in the order the batches were started), and at the end of the program too;
+* the commands of a graph replay (a range ``[first, end)`` listed in the program's
+  ``meta["graph_launches"]``, written by ``rtgraph.runtime.Graph.replay``) go in one
+  submission costing ``host.graph_launch_us``, whatever their count and streams, after every
+  pending batch is flushed; the host lane shows it as one ``graph launch`` slice;
 * an Alloc / Free (run-time allocation) costs the host its allocator latency, recorded on the
   host lane as an ``alloc`` / ``free`` slice;
 * a Sync blocks until its target (an event's captured record, a stream, the device) is done,
@@ -359,7 +363,6 @@ class Host:
             yield cost
         for sid, lo, hi in parts:
             st = streams[sid]
-            submitted[sid] = hi
             for a in range(lo, hi, depth):
                 b = min(hi, a + depth)
                 if st.occupancy + (b - a) > depth:
@@ -368,6 +371,7 @@ class Host:
                         f"queue full ({st.label()})",
                     )
                 st.occupancy += b - a
+                submitted[sid] = b
                 engine.at(engine.now, STATE, hw.arrive, (st, a, b))
 
     def _never_recorded(self, event: int, who: str, span: Any) -> DeviceError:

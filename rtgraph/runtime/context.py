@@ -160,7 +160,12 @@ class Context:
         self._dead.append(what)
 
     def collect(self) -> None:
-        """Free the storages and event ids queued by :meth:`died` (caller holds the lock)."""
+        """Free the storages and event ids queued by :meth:`died` (caller holds the lock).
+
+        Not during a graph capture: a free may record events on streams outside it; what
+        died waits for the first entry after the capture ends."""
+        if self.recorder.capture is not None:
+            return
         while self._dead:
             what = self._dead.popleft()
             if not self.alive:

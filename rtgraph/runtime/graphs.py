@@ -37,9 +37,10 @@ from rtgraph.errors import ShapeError, UsageError
 from rtgraph.runtime.capture import Capture, CaptureError
 from rtgraph.runtime.context import Context, Storage
 from rtgraph.runtime.state import locked
-from rtgraph.runtime.streams import Stream, current_stream, stream as use_stream
+from rtgraph.runtime.streams import Stream, current_stream
+from rtgraph.runtime.streams import stream as use_stream
 from rtgraph.runtime.tensor_data import TensorData
-from rtgraph.stream_program.program import Command, Launch, Task
+from rtgraph.stream_program.program import Command, Task
 
 
 class Graph:

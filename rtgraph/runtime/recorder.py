@@ -212,9 +212,11 @@ class Recorder:
             self.generations[event] = count
         for event in range(len(cap.generations), len(self.generations)):
             self.generations[event] = 0
-        for name, use in self._regions.items():
-            use.last = cap.region_last.get(name, use.first)
-            use.first = min(use.first, use.last)
+        for name, use in self._regions.items():  # lifetimes as if the capture ran nothing
+            if name in cap.region_last:
+                use.last = cap.region_last[name]
+            else:  # made inside the capture: first used by the first replay
+                use.first = use.last = cap.first_task
         if check:
             cap.check_joined()
         return commands, tasks
@@ -260,5 +262,9 @@ class Recorder:
             host_tensors=list(self.host_tensors),
             num_events=self.num_events,
             meta={"origin": "rtgraph.runtime"}
-            | ({"graph_launches": [list(r) for r in self.graph_launches]} if self.graph_launches else {}),
+            | (
+                {"graph_launches": [list(r) for r in self.graph_launches]}
+                if self.graph_launches
+                else {}
+            ),
         )
