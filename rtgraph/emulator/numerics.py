@@ -151,10 +151,7 @@ def host_values(
         elif h.role == "const":
             value = 0.0 if h.value is None else h.value
             values[h.name] = np.broadcast_to(to_value(np.asarray(value), h.dtype), h.shape)
-    owner, fill = program.name, fill_missing
-    values.update(
-        param_values(declared_params(program), params, seed, owner=owner, fill_missing=fill)
-    )
+    values.update(param_values(declared_params(program), params, seed))
     return values
 
 

@@ -143,20 +143,13 @@ def check_params(
 
 
 def param_values(
-    params: Sequence[DeclaredParam],
-    given: Mapping[str, object] | None,
-    seed: int,
-    *,
-    owner: str,
-    fill_missing: bool = False,
+    params: Sequence[DeclaredParam], given: Mapping[str, object] | None, seed: int
 ) -> dict[str, np.ndarray]:
     """The value of every param of ``params`` by name: the supplied array (checked against the
     declared type) or one generated from ``seed``; a derived param made from its source's value,
-    computed once for all the params made from it. ``given`` is checked by
-    :func:`check_params` (source names, not derived ones)."""
+    computed once for all the params made from it. The names in ``given`` must have passed
+    :func:`check_params` (source names, not derived ones): both callers check them first."""
     declared = supplied_params(params)
-    if given is not None:
-        check_params(params, list(given), owner, fill_missing=fill_missing)
     sources: dict[str, np.ndarray] = {}
     for name, (t, span) in declared.items():
         array = None if given is None else given.get(name)

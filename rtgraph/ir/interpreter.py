@@ -119,9 +119,7 @@ def host_values(
                 values[t.name] = generate(t.name, t.type.shape, t.type.dtype, seed, param=False)
         elif t.kind == "const":
             values[t.name] = to_value(np.asarray(t.value), t.type.dtype)
-    declared = declared_params(program)
-    owner, fill = program.name, fill_missing
-    values.update(param_values(declared, params, seed, owner=owner, fill_missing=fill))
+    values.update(param_values(declared_params(program), params, seed))
     return values
 
 
