@@ -17,13 +17,13 @@ from dataclasses import dataclass
 from rtgraph import api
 from rtgraph.compiler.optimizer.choose_precision import uniform
 from rtgraph.compiler.optimizer.pipeline import optimized_ir
-from rtgraph.compiler.optimizer.precision_rewrite import FOLLOWERS, converted
+from rtgraph.compiler.optimizer.precision_rewrite import converted
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.device.spec import DeviceSpec
 from rtgraph.ir.accuracy import accuracy
 from rtgraph.ir.graph import Program
 from rtgraph.ir.interpreter import evaluate
-from rtgraph.ops.registry import OPS
+from rtgraph.ops.registry import ELEMENT_MOVES, OPS
 from rtgraph.timing.costmodel import arithmetic_dtype
 
 #: The forms the precision table compares, in its column order.
@@ -83,7 +83,7 @@ def precision_rows(
 
 
 #: Ops that convert or move values: left out of a program's :func:`mix`.
-CONVERSIONS = frozenset({"cast", "quantize", "dequantize", *FOLLOWERS})
+CONVERSIONS = frozenset({"cast", "quantize", "dequantize", *ELEMENT_MOVES})
 
 
 def mix(program: Program) -> str:

@@ -222,7 +222,7 @@ def cmd_run(args: argparse.Namespace) -> int:
                     f"{verdict}{odd}"
                 )
         if precision is not None:
-            print("\n" + "\n".join(run_lines(precision, compile_options(args).precision)))
+            print("\n" + "\n".join(run_lines(precision)))
     return 0
 
 

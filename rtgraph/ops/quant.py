@@ -149,6 +149,10 @@ def _quantize_kernel(arrays: Arrays, attrs: Attrs) -> np.ndarray:
     return np.where(np.isnan(saturated), zero, saturated).astype(np.int64)
 
 
+#: Both ops' ``axis`` attribute (read only for a per-channel scale, as in ONNX).
+CHANNEL = AttrSpec("int", 1, doc="the channel axis of a per-channel scale")
+
+
 def per_tensor(types: Types, attrs: Attrs) -> bool:
     """A per-tensor scale (and zero point): the op is elementwise in NumPy's broadcast sense, so
     it may join a fused Vector kernel (per channel it may not: see the module docstring)."""
@@ -165,7 +169,7 @@ QUANTIZE = OpDef(
     kernel=ieee(_quantize_kernel),
     fusion_when=per_tensor,
     attrs={
-        "axis": AttrSpec("int", 1, doc="the channel axis of a per-channel scale"),
+        "axis": CHANNEL,
         "dtype": AttrSpec("dtype", "i8", doc="the result's dtype: i8 or i32"),
     },
     doc="saturate(rint(x / scale) + zero_point) (ONNX QuantizeLinear): in f32, halves to even, "
@@ -223,7 +227,7 @@ DEQUANTIZE = OpDef(
     kernel=ieee(_dequantize_kernel),
     fusion_when=per_tensor,
     attrs={
-        "axis": AttrSpec("int", 1, doc="the channel axis of a per-channel scale"),
+        "axis": CHANNEL,
         "dtype": AttrSpec("dtype", None, doc="the result's float dtype; default: scale's"),
     },
     doc="(q - zero_point) * scale (ONNX DequantizeLinear), computed in f64 and rounded once; "

@@ -13,12 +13,13 @@ Two reports:
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from rtgraph.compiler.optimizer.choose_precision import Decision, measured, uniform
+from rtgraph.compiler.optimizer.choose_precision import Decision, any_pinned, measured, uniform
 from rtgraph.compiler.optimizer.pipeline import chosen_passes, optimized_ir
 from rtgraph.compiler.optimizer.precision_rewrite import converted
 from rtgraph.compiler.options import CompileOptions
@@ -40,14 +41,10 @@ def accuracy_line(name: str, a: Accuracy) -> str:
 
 def decision_lines(program: Program, options: CompileOptions) -> list[str]:
     """The precision pass's decision on ``program`` (as the pass sees it), for explain."""
-    if options.precision == "keep":
-        return ["  --precision keep: every op computes in its declared dtypes"]
     before = _before(program, options)
     d: Decision = measured(before, options)
     changed = [layer for layer in d.layers if layer.precision != _declared(before, layer.node)]
-    counts: dict[str, int] = {}
-    for layer in changed:
-        counts[layer.precision] = counts.get(layer.precision, 0) + 1
+    counts = Counter(layer.precision for layer in changed)
     tally = ", ".join(f"{form} {n}" for form, n in sorted(counts.items())) or "none"
     budget = f", budget {d.budget}" if d.budget else ""
     probes = f"; {d.probes} runs of the program to check it" if d.budget else ""
@@ -81,10 +78,8 @@ def as_rewritten(program: Program, options: CompileOptions) -> Program:
     """``program`` as the precision pass leaves it (itself under ``keep`` with nothing pinned):
     what a run under ``--precision`` is checked against bit for bit — the error the precision
     costs is :func:`run_precision`'s, against the program computed in f32."""
-    pins = any(t.precision is not None for t in program.tensors.values())
-    if (options.precision == "keep" and not pins) or "choose_precision" not in chosen_passes(
-        options
-    ):
+    keep = options.precision == "keep" and not any_pinned(program)
+    if keep or "choose_precision" not in chosen_passes(options):
         return program
     return optimized_ir(program, options, after="choose_precision")
 
@@ -106,8 +101,10 @@ def _short(text: str, width: int) -> str:
 
 @dataclass(frozen=True)
 class RunPrecision:
-    """A run's outputs against the f32 program, and makespans of the compared forms."""
+    """A run's ``precision``, its outputs against the f32 program, and makespans of the
+    compared forms."""
 
+    precision: str
     outputs: Mapping[str, Accuracy]
     makespans: Mapping[str, float]  # precision → emulated makespan (µs)
 
@@ -138,11 +135,12 @@ def run_precision(
         if form not in makespans:
             compiled = compile_program(program, spec, replace(options, precision=form))
             makespans[form] = simulate.run(compiled, spec, numerics=False).makespan_us
-    return RunPrecision(figures, makespans)
+    return RunPrecision(options.precision, figures, makespans)
 
 
-def run_lines(found: RunPrecision, precision: str) -> list[str]:
+def run_lines(found: RunPrecision) -> list[str]:
     """:func:`run_precision`'s figures as the run report prints them."""
+    precision = found.precision
     lines = [f"precision {precision}: outputs against the program computed in f32:"]
     lines += [f"  {accuracy_line(name, a)}" for name, a in found.outputs.items()]
     own = found.makespans[precision]
@@ -164,9 +162,7 @@ def precision_json(found: RunPrecision) -> dict:
 
     return {
         "outputs": {
-            name: {
-                key: number(getattr(a, key)) for key in ("max_abs", "max_rel", "cosine", "sqnr_db")
-            }
+            name: {key: number(value) for key, value in asdict(a).items()}
             for name, a in found.outputs.items()
         },
         "makespan_us": dict(found.makespans),

@@ -49,7 +49,6 @@ from rtgraph.compiler.optimizer.calibration import (
 )
 from rtgraph.compiler.optimizer.precision_rewrite import (
     FLOATS,
-    FOLLOWERS,
     VIEWS,
     Choice,
     conversion,
@@ -68,6 +67,7 @@ from rtgraph.ir.accuracy import Accuracy, accuracy
 from rtgraph.ir.graph import OpNode, Program, Tensor
 from rtgraph.ir.interpreter import evaluate
 from rtgraph.ops import fusion_of, lookup
+from rtgraph.ops.registry import ELEMENT_MOVES
 
 #: Ops kept at f16 or above whatever the budget allows (AMP's float32 list, less what f16
 #: hardware computes with f32 inside: softmax and the norms accumulate in f32 here already).
@@ -122,12 +122,10 @@ class Decision:
 def choose_precision(program: Program, options: CompileOptions) -> Program:
     """``program`` recomputed in the precision ``options.precision`` asks for, each op the
     program pins (``@precision(…)``) in its own."""
-    if not movable_ops(program):
-        return program
-    fixed = pinned_precisions(program)
     mode = options.precision
-    if mode == "keep" and not fixed:
-        return program
+    if not movable_ops(program) or (mode == "keep" and not any_pinned(program)):
+        return program  # every compile passes here: no walk over the nodes
+    fixed = pinned_precisions(program)
     if mode in ("keep", *FLOATS) and "int8" not in fixed.values():
         base = uniform(program, mode).precisions if mode != "keep" else {}
         return converted(program, Choice({**base, **fixed}))
@@ -135,6 +133,11 @@ def choose_precision(program: Program, options: CompileOptions) -> Program:
     if found.warning is not None:
         warnings.warn(found.warning, PrecisionWarning, stacklevel=2)
     return converted(program, found.choice)
+
+
+def any_pinned(program: Program) -> bool:
+    """Whether the program pins any op's precision (``@precision(…)``)."""
+    return any(t.precision is not None for t in program.tensors.values())
 
 
 def uniform(program: Program, precision: str) -> Choice:
@@ -160,7 +163,7 @@ def layers(program: Program) -> list[tuple[int, OpNode]]:
         for k, node in enumerate(program.nodes)
         if isinstance(node, OpNode)
         and movable(node)
-        and node.op not in ("kernel", *FOLLOWERS)
+        and node.op not in ("kernel", *ELEMENT_MOVES)
         and is_float(program.tensors[node.output])
     ]
 

@@ -90,10 +90,6 @@ def conversion(
 #: Views that commute with a per-tensor quantize (one operand, elements only moved).
 VIEWS = frozenset({"reshape", "transpose"})
 
-#: Ops that move data without arithmetic: with no precision chosen they keep the dtype their
-#: first operand arrives in, so a view of an f16 value is an f16 view, not a cast.
-FOLLOWERS = ELEMENT_MOVES
-
 
 class _Rewrite:
     def __init__(self, program: Program, choice: Choice, interface: bool) -> None:
@@ -112,23 +108,24 @@ class _Rewrite:
     def run(self) -> Program:
         for k, node in enumerate(self.program.nodes):
             precision = self.choice.precisions.get(k)
-            if precision is None and isinstance(node, OpNode) and node.op in FOLLOWERS:
+            if precision is None and isinstance(node, OpNode) and node.op in ELEMENT_MOVES:
+                # no arithmetic: it keeps the dtype its operand arrives in (an f16 view, no cast)
                 precision = self._arriving(node)
             if not isinstance(node, OpNode) or node.op == "kernel" or not movable(node):
                 self.nodes.append(node)
             elif not self._int8(node) if precision == "int8" else not self._float(node, precision):
                 self._keep(node)
-        result = replace(self.program, nodes=_live(self.nodes, pinned(self.program)))
-        used = set(mentioned(result)) | {n.output for n in result.op_nodes()}
+        nodes = replace(self.program, nodes=_live(self.nodes, pinned(self.program)))
+        used = set(mentioned(nodes)) | {n.output for n in nodes.op_nodes()}
         # A param stays declared (unused, as the program had it) unless a param made from it
         # at load time took its place: the user supplies the same names either way.
         sources = {t.derive.source for t in self.tensors.values() if t.derive is not None}
-        result.tensors = {
+        tensors = {
             name: t
             for name, t in self.tensors.items()
             if name in used or t.kind == "input" or (t.kind == "param" and name not in sources)
         }
-        return result
+        return replace(nodes, tensors=tensors)
 
     def _arriving(self, node: OpNode) -> str | None:
         """The float dtype ``node``'s first operand now has, if it changed."""
