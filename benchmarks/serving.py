@@ -14,6 +14,11 @@ Three tables:
    64): per policy, the tokens per second and P99 TBT when more requests arrive than it can
    take (600/s), and the largest rate meeting ttft_p90 = 1 s and tbt_p99 = 2 ms (capacity
    search, three seeds a rate) with the tokens per second that rate makes.
+4. **Decoder at equal P99 TBT**: static batching's knob (B) and continuous batching's (the
+   batch limit and chunked prefill's token budget) swept at the same overload; per setting the
+   P99 TBT and tokens per second (mean over seeds ± the 95 % half-width), then continuous
+   batching's tokens per second read at each static setting's P99 TBT by linear interpolation
+   on its measured frontier (the most tokens per second at a P99 TBT at or below each point).
 
 Run: ``python benchmarks/serving.py [--quick]`` (``--quick``: a 1-minute trace, one load, two
 seeds). The latencies are the emulated clock's; the wall times depend on the machine.
@@ -22,6 +27,7 @@ seeds). The latencies are the emulated clock's; the wall times depend on the mac
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import sys
 import time
@@ -142,7 +148,8 @@ def decoder(seeds: int, duration: float, overload: float = 600.0) -> str:
         return generate_requests("poisson", rate, 1.0, duration, seed, DECODER_LENGTHS)
 
     flooded = make(overload, 0)
-    for p in ("static:4", "static:16", "dynamic:max=16,wait=50ms", "continuous:max=32"):
+    policies = ("static:4", "static:16", "dynamic:max=16,wait=50ms", "continuous:max=32")
+    for p in (*policies, "continuous:max=32,budget=256"):
         policy = parse_policy(p)
         full = summarize(simulate(flooded, policy, steps, Workload()))
         found = search_capacity(make, policy, steps, Workload(), slo, seeds)
@@ -177,6 +184,90 @@ def decoder(seeds: int, duration: float, overload: float = 600.0) -> str:
     return table(head, rows) + "\n\n" + note
 
 
+STATIC_SWEEP = ("static:1", "static:2", "static:4", "static:8", "static:16", "static:32")
+CONTINUOUS_SWEEP = (
+    "continuous:max=2,budget=32",
+    "continuous:max=4,budget=32",
+    "continuous:max=8,budget=32",
+    "continuous:max=8,budget=64",
+    "continuous:max=16,budget=64",
+    "continuous:max=16,budget=128",
+    "continuous:max=32,budget=128",
+    "continuous:max=32,budget=256",
+    "continuous:max=32",
+)
+
+
+def frontier(points: list[tuple[float, float]]) -> list[tuple[float, float]]:
+    """The (P99 TBT, tokens/s) points no other point beats on both: TBT up, tokens/s up."""
+    best: list[tuple[float, float]] = []
+    for tbt, tps in sorted(points, key=lambda p: (p[0], -p[1])):
+        if not best or tps > best[-1][1]:
+            best.append((tbt, tps))
+    return best
+
+
+def at_tbt(curve: list[tuple[float, float]], tbt: float) -> float | None:
+    """Tokens/s on a frontier at ``tbt`` (linear between its points; None below its first,
+    its best beyond its last — a looser TBT allows every setting measured)."""
+    if not curve or tbt < curve[0][0]:
+        return None
+    for (t0, y0), (t1, y1) in itertools.pairwise(curve):
+        if t0 <= tbt <= t1:
+            return y0 + (y1 - y0) * (tbt - t0) / (t1 - t0) if t1 > t0 else y1
+    return curve[-1][1]
+
+
+def equal_tbt(seeds: int, duration: float, overload: float = 600.0) -> str:
+    steps = StepTable.for_model(LLM)
+    runs = [
+        generate_requests("poisson", overload, 1.0, duration, s, DECODER_LENGTHS)
+        for s in range(seeds)
+    ]
+    measured: dict[str, tuple[list[float], list[float]]] = {}
+    for p in STATIC_SWEEP + CONTINUOUS_SWEEP:
+        policy = parse_policy(p)
+        found = [summarize(simulate(r, policy, steps, Workload())) for r in runs]
+        measured[p] = (
+            [f["latency_ms"]["tbt"]["p99"] for f in found],
+            [f["tokens_per_s"] for f in found],
+        )
+    rows = []
+    for p, (tbt, tps) in measured.items():
+        kind, _, knob = p.partition(":")
+        rows.append([kind, knob or "max=64", mean_ci(tbt), mean_ci(tps)])
+    means = {p: (float(np.mean(v[0])), float(np.mean(v[1]))) for p, v in measured.items()}
+    curve = frontier([means[p] for p in CONTINUOUS_SWEEP])
+    lines = []
+    for p in STATIC_SWEEP:
+        tbt, tps = means[p]
+        cont = at_tbt(curve, tbt)
+        under = [q for q in CONTINUOUS_SWEEP if means[q][0] <= tbt]
+        best = max(under, key=lambda q: means[q][1]) if under else None
+        if cont is None:
+            lines.append(
+                f"* at P99 TBT {tbt:.4g} ms ({p}: {tps:.4g} tokens/s): below every continuous "
+                f"setting measured (the least is {curve[0][0]:.4g} ms) — no comparison"
+            )
+        else:
+            lines.append(
+                f"* at equal P99 TBT {tbt:.4g} ms: {p} {tps:.4g} tokens/s, continuous batching "
+                f"{cont:.4g} tokens/s interpolated ({cont / tps:.2f}×); measured, {best} makes "
+                f"{means[best][1]:.4g} at {means[best][0]:.4g} ms ({means[best][1] / tps:.2f}×)"
+            )
+    note = (
+        f"About {len(runs[0]):,} requests a seed offered at {overload:g}/s (more than any "
+        "setting takes), the same requests for every setting, "
+        f"{seeds} seeds of {duration:g} s of arrivals; ± is the 95 % half-width over seeds. "
+        "A mixed iteration (decodes + a prefill chunk) is charged as the decode step plus the "
+        "chunk step less the smallest step (weights streamed and kernels launched once; see "
+        "docs/serving.md). Continuous frontier (P99 TBT ms, tokens/s): "
+        + ", ".join(f"({t:.4g}, {y:.4g})" for t, y in curve)
+    )
+    head = ["policy", "knob", "P99 TBT ms", "tokens/s"]
+    return table(head, rows) + "\n\n" + note + "\n\n" + "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -187,6 +278,8 @@ def main() -> None:
     print(image([4.5] if args.quick else [1.3, 4.5], 2 if args.quick else 5, 60.0))
     print("\n## Decoder: capacity under an SLO, per policy\n")
     print(decoder(2 if args.quick else 3, 10.0 if args.quick else 20.0))
+    print("\n## Decoder: continuous against static batching at equal P99 TBT\n")
+    print(equal_tbt(2 if args.quick else 3, 5.0 if args.quick else 10.0))
 
 
 if __name__ == "__main__":

@@ -172,6 +172,8 @@ def summarize(out: Outcome, slo: dict[str, float] | None = None) -> dict:
             "mean_fraction": _r(_time_average(out.kv, horizon) / max(out.kv_total, 1)),
             "preemptions": out.preemptions,
         }
+        if out.cache is not None:  # the run-time allocator's figures for the KV blocks
+            summary["kv"]["allocator"] = out.cache.memory()
     if slo:
         values = slo_values(out, slo)
         good = np.ones(len(req), dtype=bool)

@@ -9,6 +9,10 @@
   waited T, with whatever waits then (up to B).
 * ``continuous[:max=B]`` — iteration-level batching (Orca, vLLM), decoders only: after every
   step, finished sequences leave and waiting ones join while the KV cache has room.
+* ``continuous:max=B,budget=T`` — the same with chunked prefill (Sarathi-Serve, vLLM's
+  ``max_num_batched_tokens``): an iteration carries at most T tokens — one for every sequence
+  that decodes, the rest chunks of the prompts being prefilled — so a prefill no longer stalls
+  the running sequences for a whole prompt.
 
 ``+merge`` after a batch-level policy (``dynamic:max=8,wait=10ms+merge``) merges identical
 waiting requests (see :mod:`rtgraph.serving.simulate`).
@@ -33,6 +37,7 @@ class Policy:
     wait_s: float = 0.0
     merge: bool = False
     preferred: tuple[int, ...] = ()
+    budget: int = 0  # continuous: tokens an iteration carries (0: whole prefills, no chunks)
 
     @property
     def name(self) -> str:
@@ -45,7 +50,8 @@ class Policy:
             sizes = "|".join(map(str, self.preferred))
             preferred = f",preferred={sizes}" if sizes else ""
             return f"dynamic:max={self.max_batch},wait={_short(self.wait_s)}{preferred}{merge}"
-        return f"continuous:max={self.max_batch}"
+        budget = f",budget={self.budget}" if self.budget else ""
+        return f"continuous:max={self.max_batch}{budget}"
 
 
 def _short(seconds: float) -> str:
@@ -58,7 +64,8 @@ def _short(seconds: float) -> str:
 
 def _bad(text: str, problem: str, start: int = 0, width: int | None = None) -> UsageError:
     hint = "none, static:B, dynamic:max=B,wait=T (e.g. dynamic:max=8,wait=10ms), continuous or "
-    return flag_error("--batching", text, problem, hint + "continuous:max=B", start, width)
+    hint += "continuous:max=B[,budget=T]"
+    return flag_error("--batching", text, problem, hint, start, width)
 
 
 def _batch(text: str, value: str, start: int) -> int:
@@ -88,8 +95,8 @@ def parse_policy(text: str, merge: bool = False) -> Policy:
     pos = len(kind) + 1
     for part in rest.split(",") if rest else []:
         key, eq, value = part.partition("=")
-        if not eq or key not in ("max", "wait", "preferred") or key in fields:
-            problem = f"{part!r}: expected max=B, wait=T or preferred=P1|P2, once each"
+        if not eq or key not in ("max", "wait", "preferred", "budget") or key in fields:
+            problem = f"{part!r}: expected max=B, wait=T, preferred=P1|P2 or budget=T, once each"
             raise _bad(text, problem, pos, len(part))
         fields[key] = (value, pos + len(key) + 1)
         pos += len(part) + 1
@@ -97,7 +104,17 @@ def parse_policy(text: str, merge: bool = False) -> Policy:
         if "wait" in fields or "preferred" in fields:
             raise _bad(text, "continuous batching has no wait (it admits every step)")
         value, at = fields.get("max", (str(CONTINUOUS_MAX), 0))
-        return Policy("continuous", _batch(text, value, at))
+        size = _batch(text, value, at)
+        if "budget" not in fields:
+            return Policy("continuous", size)
+        budget = _batch(text, *fields["budget"])
+        if budget <= size:  # every running sequence decodes a token; a prefill needs one more
+            value, at = fields["budget"]
+            problem = f"budget={budget} must be above max={size} (one token per running sequence)"
+            raise _bad(text, problem, at, len(value))
+        return Policy("continuous", size, budget=budget)
+    if "budget" in fields:
+        raise _bad(text, "budget=T is continuous batching's (chunked prefill)")
     if not {"max", "wait"} <= set(fields):
         raise _bad(text, "dynamic needs both max=B and wait=T")
     size = _batch(text, *fields["max"])

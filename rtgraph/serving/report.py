@@ -153,9 +153,20 @@ def format_runs(doc: dict) -> str:
             kv = r["kv"]
             notes.append(
                 f"  {r['policy']}: KV cache {kv['blocks']} blocks, peak {kv['peak_fraction']:.1%}, "
-                f"{kv['preemptions']} preemptions"
+                f"{kv['preemptions']} preemptions" + _allocator_note(kv.get("allocator"))
             )
     return "\n".join([title, *lines, *notes]) + "\n"
+
+
+def _allocator_note(found: dict | None) -> str:
+    if not found:
+        return ""
+    mib = 1 << 20
+    return (
+        f"; allocator peak {found['peak_allocated_bytes'] / mib:.4g} MiB allocated of "
+        f"{found['peak_reserved_bytes'] / mib:.4g} MiB reserved in {found['segments']} segments, "
+        f"{found['allocated_bytes']} B allocated at the end"
+    )
 
 
 def _ms(x: float) -> str:

@@ -6,6 +6,9 @@ to the device and take the next when it is done; continuous batching re-forms th
 every step. The loop advances from decision to decision — the next arrival, a batch's end, a
 dynamic batcher's deadline — so a run costs one Python iteration per batch or per step, and the
 step costs come from the :class:`~rtgraph.serving.steps.StepTable` (emulated once per shape).
+With a token budget, continuous batching prefills prompts in chunks that ride along with the
+decode steps (Sarathi-Serve's chunked prefill, :func:`_serve_chunked`). A decoder's KV blocks
+are allocated and freed through the run-time allocator (:mod:`rtgraph.serving.kvcache`).
 
 Request merging: with ``merge``, waiting requests with one key (the same prompt and the same
 parameters — for the image model the seed and step count, for a decoder the output length with
@@ -63,6 +66,9 @@ class Outcome:
     kv_total: int = 0
     tbt: list[tuple[float, int]] = field(default_factory=list)
     preemptions: int = 0
+    prefilled: np.ndarray | None = None  # chunked prefill: prompt tokens each had prefilled
+    iteration_tokens: list[int] = field(default_factory=list)  # chunked: tokens an iteration
+    cache: KVCache | None = None  # a decoder's KV cache: its allocator's figures at the end
 
     def record_step(self, phase: str, start: float, end: float, slots: int, served: int) -> None:
         for name, value in (
@@ -115,9 +121,13 @@ def _serve(out: Outcome, table: StepTable, workload: Workload) -> None:
         _serve_batches(out, table, workload, None)
         return
     cache = _kv_cache(table, workload)
+    cache.serve(n)
+    out.cache = cache
     cache.check_fits(int((requests.prompt + requests.output).max()) if n else 1)
     out.kv_total = cache.total_blocks
-    if policy.kind == "continuous":
+    if policy.kind == "continuous" and policy.budget:
+        _serve_chunked(out, table, cache, _swap_cost(table, cache, workload.preempt))
+    elif policy.kind == "continuous":
         _serve_continuous(out, table, cache, _swap_cost(table, cache, workload.preempt))
     else:
         _serve_batches(out, table, workload, cache)
@@ -129,7 +139,12 @@ def _kv_cache(table: StepTable, workload: Workload) -> KVCache:
         largest = table.step("prefill", 1, 1024)[1]
         free = max(table.capacity_bytes() - largest, 0)
     return KVCache.for_decoder(
-        table.param("L"), table.param("D"), workload.kv_block, workload.kv_blocks, free
+        table.param("L"),
+        table.param("D"),
+        workload.kv_block,
+        workload.kv_blocks,
+        free,
+        table.memory_spec(),
     )
 
 
@@ -215,8 +230,8 @@ def _run_batch(out, table, workload, cache, slots, start: float) -> float:
     # Static decoding (FasterTransformer): one prefill, then decode steps for the whole batch
     # until its longest output is done; every slot's KV blocks are reserved for the batch.
     prompts, outputs = req.prompt[heads], req.output[heads]
-    reserved = int(np.sum(cache.blocks(prompts + outputs)))
-    out.kv.append((start, reserved))
+    cache.hold(heads, prompts + outputs)
+    out.kv.append((start, cache.used))
     t = start + table.latency_s("prefill", b, int(prompts.max()))
     out.record_step("prefill", start, t, b, len(members))
     first = t
@@ -238,7 +253,8 @@ def _run_batch(out, table, workload, cache, slots, start: float) -> float:
     out.first[members] = first
     out.finish[members] = done[slot_of]
     end = float(ends[-1]) if len(costs) else first
-    out.kv.append((end, 0))
+    cache.release(heads)
+    out.kv.append((end, cache.used))
     return end
 
 
@@ -269,10 +285,10 @@ def _serve_continuous(out: Outcome, table: StepTable, cache: KVCache, swap) -> N
         admitted = []
         while waiting and len(running) + len(admitted) < size:
             i = waiting[0]
-            need = int(cache.blocks(int(req.prompt[i] + max(made[i], 1))))  # after the step
-            if need > cache.free:
+            tokens = int(req.prompt[i] + max(made[i], 1))  # after the step
+            if int(cache.blocks(tokens)) > cache.free:
                 break
-            cache.used += need
+            cache.hold_one(i, tokens)
             admitted.append(waiting.popleft())
         if admitted:
             new = np.array(admitted)
@@ -301,7 +317,7 @@ def _serve_continuous(out: Outcome, table: StepTable, cache: KVCache, swap) -> N
         done = running[made[running] >= req.output[running]]
         if len(done):
             out.finish[done] = t
-            cache.used -= int(np.sum(cache.blocks(req.prompt[done] + made[done])))
+            cache.release(done)
             running = running[made[running] < req.output[running]]
         out.kv.append((t, cache.used))
         out.queue.append((t, len(waiting)))
@@ -318,9 +334,8 @@ def _decode(out, table, cache, state, waiting, t: float, upcoming: float, swap):
     grow = int(np.count_nonzero(ctx % cache.block_tokens == 0))
     while grow > cache.free and len(running) > 1:
         victim = int(running[-1])
+        blocks = cache.release(running[-1:])
         running = running[:-1]
-        blocks = int(cache.blocks(int(req.prompt[victim] + made[victim])))
-        cache.used -= blocks
         if swap is not None:  # copy its blocks to the host; it resumes without a prefill
             end = t + swap(blocks)
             out.record_step("swap-out", t, end, 1, 1)
@@ -342,8 +357,8 @@ def _decode(out, table, cache, state, waiting, t: float, upcoming: float, swap):
     k = max(k, 1)
     growth = int(np.sum(cache.blocks(ctx + k) - cache.blocks(ctx)))
     if growth > cache.free:
-        k, growth = 1, grow
-    cache.used += growth
+        k = 1
+    cache.hold(running, ctx + k)
     ends = t + cost * np.arange(1, k + 1)
     b = len(running)
     out.steps.setdefault("phase", []).extend(["decode"] * k)
@@ -363,3 +378,127 @@ def _decode(out, table, cache, state, waiting, t: float, upcoming: float, swap):
     made[running] += k
     last[running] = t
     return running, t
+
+
+# --- continuous batching with chunked prefill (Sarathi-Serve, vLLM) -----------------------------
+
+
+def _serve_chunked(out: Outcome, table: StepTable, cache: KVCache, swap) -> None:
+    """Sarathi-Serve's loop: every iteration carries at most ``budget`` tokens — one for each
+    running sequence whose prompt is in the cache (it decodes), the rest chunks of the prompts
+    being prefilled, oldest first. A waiting sequence is admitted while the batch, the KV cache
+    and the iteration's spare tokens have room. When no prompt is being prefilled the
+    iterations are plain decode steps (run alike as :func:`_decode` runs them)."""
+    req = out.requests
+    n = len(req)
+    size, budget = out.policy.max_batch, out.policy.budget
+    made = np.zeros(n, dtype=np.int64)
+    last = np.zeros(n)
+    swapped = np.zeros(n, dtype=bool)
+    done_tokens = np.zeros(n, dtype=np.int64)  # tokens of this (re)admission's prefill done
+    target = np.zeros(n, dtype=np.int64)  # tokens this (re)admission's prefill computes
+    out.prefilled = np.zeros(n, dtype=np.int64)
+    waiting: deque[int] = deque()
+    running = np.zeros(0, dtype=np.int64)
+    nxt = 0
+    t = 0.0
+    while nxt < n or waiting or len(running):
+        while nxt < n and req.arrival[nxt] <= t:
+            waiting.append(nxt)
+            nxt += 1
+        if not waiting and not len(running):
+            t = float(req.arrival[nxt])
+            continue
+        pending = target[running] - done_tokens[running]
+        spare = budget - int(np.count_nonzero(pending == 0)) - int(pending.sum())
+        admitted = []
+        while waiting and len(running) + len(admitted) < size and spare > 0:
+            i = waiting[0]
+            tokens = int(req.prompt[i] + max(made[i], 1))
+            if int(cache.blocks(tokens)) > cache.free:
+                break
+            cache.hold_one(i, tokens)
+            admitted.append(waiting.popleft())
+            if not swapped[i]:
+                target[i] = req.prompt[i] + made[i]
+                done_tokens[i] = 0
+                spare -= int(target[i])
+            else:
+                spare -= 1
+        if admitted:
+            new = np.array(admitted)
+            back = new[swapped[new]]
+            if len(back):  # swap in: copy the blocks back, no prefill
+                end = t + swap(int(np.sum(cache.blocks(req.prompt[back] + made[back]))))
+                out.record_step("swap-in", t, end, len(back), len(back))
+                t = end
+                swapped[back] = False
+            fresh = new[(made[new] == 0) & ~swapped[new]]
+            out.start[fresh] = t
+            running = np.concatenate([running, new])
+        if np.any(done_tokens[running] < target[running]):
+            state = (running, made, last, done_tokens, target)
+            running, t = _mixed(out, table, cache, state, waiting, t)
+        else:
+            upcoming = float(req.arrival[nxt]) if nxt < n and not waiting else np.inf
+            running, t = _decode(
+                out, table, cache, (running, made, last, swapped), waiting, t, upcoming, swap
+            )
+        done = running[made[running] >= req.output[running]]
+        if len(done):
+            out.finish[done] = t
+            cache.release(done)
+            running = running[made[running] < req.output[running]]
+        out.kv.append((t, cache.used))
+        out.queue.append((t, len(waiting)))
+
+
+def _mixed(out, table, cache, state, waiting, t: float):
+    """One chunked-prefill iteration: every decoding sequence makes a token while the budget's
+    rest prefills the oldest prompts' next chunks; charged at :meth:`StepTable.mixed_s`. A
+    decoding sequence that needs a block when none is free preempts the newest by recompute."""
+    running, made, last, done_tokens, target = state
+    req = out.requests
+    decoding = done_tokens[running] >= target[running]
+    ctx = req.prompt[running] + made[running]
+    while (
+        len(running) > 1
+        and np.count_nonzero(decoding & (ctx % cache.block_tokens == 0)) > cache.free
+    ):
+        victim = int(running[-1])  # the newest: its blocks back, its prefill again later
+        cache.release(running[-1:])
+        running, decoding, ctx = running[:-1], decoding[:-1], ctx[:-1]
+        waiting.appendleft(victim)
+        out.preemptions += 1
+    decoders = running[decoding]
+    cache.hold(decoders, ctx[decoding] + 1)
+    left = out.policy.budget - len(decoders)
+    chunked, sizes = [], []
+    for i in running[~decoding].tolist():
+        if left == 0:
+            break
+        piece = min(int(target[i] - done_tokens[i]), left)
+        chunked.append(i)
+        sizes.append(piece)
+        left -= piece
+    chunked_ = np.array(chunked, dtype=np.int64)
+    tokens = int(sum(sizes))
+    seen = int(done_tokens[chunked_].max()) if chunked else 0
+    longest = int(ctx[decoding].max()) if len(decoders) else 0
+    end = t + table.mixed_s(len(decoders), longest, tokens, seen)
+    phase = "mixed" if len(decoders) else "prefill"
+    out.record_step(phase, t, end, len(decoders) + len(chunked), len(decoders) + len(chunked))
+    out.iteration_tokens.append(len(decoders) + tokens)
+    if len(decoders):
+        gaps, counts = np.unique(end - last[decoders], return_counts=True)
+        out.tbt.extend(zip(gaps.tolist(), counts.tolist(), strict=True))
+        made[decoders] += 1
+        last[decoders] = end
+    done_tokens[chunked_] += np.array(sizes, dtype=np.int64)
+    out.prefilled[chunked_] += np.array(sizes, dtype=np.int64)
+    complete = chunked_[done_tokens[chunked_] >= target[chunked_]]
+    fresh = complete[made[complete] == 0]
+    out.first[fresh] = end
+    last[fresh] = end
+    made[fresh] = 1
+    return running, end

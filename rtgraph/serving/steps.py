@@ -9,7 +9,16 @@ the table and reuses it; a table made for another model, parameters or device is
 
 Phases: ``denoise`` (the image model's step: ``N`` = 2 samples per request, the classifier-free
 guidance pair, times the batch), ``prefill`` (B prompts of S tokens, no cache) and ``decode``
-(B sequences of one new token over T cached ones) — the latter two on ``llm_prefill.rtg``.
+(B sequences of one new token over T cached ones) — the latter two on ``llm_prefill.rtg`` —
+and ``chunk`` (a prefill chunk: S prompt tokens over T already cached, chunked prefill's piece).
+
+A chunked-prefill iteration mixes d sequences' decode tokens with a prefill chunk of S tokens;
+the model's batch is uniform (every sequence the same S and T), so it cannot express that step
+in one program. Its cost (:meth:`StepTable.mixed_s`) is the decode step at (d, T) plus the
+chunk step at (1, S, T') less the smallest step's makespan: both steps stream every weight from
+HBM and launch every kernel once — the floor the smallest step is made of — and a fused step
+does that once; what each adds above it (the decode's attention over its caches, the chunk's
+matmul rows and attention) is added. It lies between the larger of the two steps and their sum.
 The makespan includes the host's submission of the step's commands (the emulator's host lane).
 """
 
@@ -21,6 +30,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rtgraph import api
+from rtgraph.device.spec import MemorySpec
 from rtgraph.files import write_atomic
 from rtgraph.ir.graph import Program
 from rtgraph.serving.requests import ServingError, located
@@ -82,13 +92,15 @@ class StepTable:
             return {"N": SAMPLES_PER_REQUEST * batch}
         if phase == "prefill":
             return {"B": batch, "S": seq, "T": 0}
+        if phase == "chunk":
+            return {"B": batch, "S": seq, "T": ctx}
         return {"B": batch, "S": 1, "T": ctx}
 
     def step(self, phase: str, batch: int, seq: int = 0, ctx: int = 0) -> tuple[float, int]:
         """(latency µs, memory peak bytes) of one step at the bucketed shape."""
         batch = bucket(batch)
-        seq = bucket(seq, MIN_TOKENS) if phase == "prefill" else 1
-        ctx = bucket(ctx, MIN_TOKENS) if phase == "decode" else 0
+        seq = bucket(seq, MIN_TOKENS) if phase in ("prefill", "chunk") else 1
+        ctx = bucket(ctx, MIN_TOKENS) if phase == "decode" or (phase == "chunk" and ctx) else 0
         key = f"{phase}/{batch}/{seq}/{ctx}"
         found = self.entries.get(key)
         if found is None:
@@ -97,6 +109,16 @@ class StepTable:
 
     def latency_s(self, phase: str, batch: int, seq: int = 0, ctx: int = 0) -> float:
         return self.step(phase, batch, seq, ctx)[0] * 1e-6
+
+    def mixed_s(self, decoders: int, ctx: int, chunk: int, chunk_ctx: int) -> float:
+        """Seconds of a chunked-prefill iteration: ``decoders`` sequences decode one token over
+        at most ``ctx`` cached ones while a prefill chunk of ``chunk`` tokens (several prompts'
+        chunks counted as one) attends over at most ``chunk_ctx`` (see the module docs)."""
+        piece = self.latency_s("chunk", 1, chunk, chunk_ctx)
+        if decoders == 0:
+            return piece
+        floor = self.latency_s("chunk", 1, MIN_TOKENS, 0)
+        return self.latency_s("decode", decoders, 0, ctx) + max(piece - floor, 0.0)
 
     def _emulate(self, shape: dict[str, int]) -> tuple[float, int]:
         program: Program = api.load(self.model, {**self.defines, **shape}, device=self.device)
@@ -114,6 +136,11 @@ class StepTable:
         named = api.load(self.model, self.defines, device=self.device).device
         host = api.device_for(self.device, named).host
         return float(host.link_bandwidth), float(host.link_latency_us) * 1e-6
+
+    def memory_spec(self) -> MemorySpec:
+        """The device's memory: the --device given, else the one the model names."""
+        named = api.load(self.model, self.defines, device=self.device).device
+        return api.device_for(self.device, named).memory
 
     def capacity_bytes(self) -> int:
         """Device memory: the --device given, else the one the model names."""
