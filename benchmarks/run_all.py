@@ -126,7 +126,8 @@ SCRIPTS: tuple[tuple[str, list[str], list[str], str], ...] = (
         ["benchmarks/serving.py"],
         ["benchmarks/serving.py", "--quick"],
         "rtgraph serve: a 100k-request 10-minute trace's run time; batching and merging on the "
-        "image model; decoder capacity per policy under an SLO",
+        "image model; decoder capacity per policy under an SLO; continuous (chunked prefill) "
+        "against static batching at equal P99 TBT",
     ),
     (
         "precision",
@@ -134,6 +135,14 @@ SCRIPTS: tuple[tuple[str, list[str], list[str], str], ...] = (
         ["benchmarks/precision.py", "--quick"],
         "f32 / f16 / int8 / auto on the UNet block and the naive transformer: speed against f32, "
         "error against the f32 program (issue 17: auto ≥ 1.4× at cosine ≥ 0.999)",
+    ),
+    (
+        "scaling",
+        ["benchmarks/scaling.py"],
+        ["benchmarks/scaling.py", "--quick"],
+        "one step over 1, 2, 4, 8 devices of ascend-910b-x8 under data, pipeline (8 "
+        "micro-batches, 1F1B) and tensor parallelism: speedup and efficiency against linear, "
+        "bubble, link traffic, memory per device (issue 20)",
     ),
     (
         "graph_replay",

@@ -194,6 +194,10 @@ class DeviceSpecError(RtgError):
     """A device spec file is malformed, unknown, or incompatible with this runtime."""
 
 
+class ClusterSpecError(RtgError):
+    """A cluster spec file is malformed or unknown, or describes a cluster that cannot exist."""
+
+
 class StreamProgramError(RtgError):
     """A compiled stream program (e.g. loaded from JSON) is malformed."""
 

@@ -22,6 +22,7 @@ SPEC_OPS = {
     "batchnorm lrn reduce_sum reduce_mean reduce_max concat slice pool2d",
     "layout": "reshape transpose broadcast_to",
     "dma": "copy",
+    "link": "allreduce allgather reduce_scatter broadcast alltoall",
     "synthetic": "kernel",
 }
 
@@ -76,16 +77,17 @@ def test_every_spec_op_is_registered_on_its_unit():
     assert set(ops) == {n for names in SPEC_OPS.values() for n in names.split()}
 
 
-def test_the_only_op_a_program_cannot_call_is_the_fused_kernel():
-    assert {n for n, op in all_ops().items() if op.internal} == {"fused"}
-    assert language_ops() == {n: op for n, op in all_ops().items() if n != "fused"}
-    assert lookup("fused") is not None
+def test_the_ops_a_program_cannot_call_are_the_fused_kernel_and_the_transfers():
+    internal = {"fused", "send", "recv", "recv_reduce"}
+    assert {n for n, op in all_ops().items() if op.internal} == internal
+    assert language_ops() == {n: op for n, op in all_ops().items() if n not in internal}
+    assert all(lookup(n) is not None for n in internal)
 
 
-def test_every_op_has_a_kernel_and_doc_except_the_synthetic_one():
+def test_every_op_has_a_kernel_and_doc_except_the_synthetic_one_and_the_transfers():
     for name, op in all_ops().items():
         assert op.doc, name
-        assert (op.kernel is None) == (name == "kernel"), name
+        assert (op.kernel is None) == (name in ("kernel", "send", "recv", "recv_reduce")), name
 
 
 def test_the_registry_holds_each_family_s_ops_in_family_order():

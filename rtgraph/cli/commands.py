@@ -25,6 +25,7 @@ from rtgraph.cli.arguments import (
     read_compiled,
     refuse_overwriting_inputs,
 )
+from rtgraph.cli.cluster_run import bench_scaling, cmd_run_cluster
 from rtgraph.cli.completion import SCRIPTS
 from rtgraph.cli.pages import is_sweep_folder, write_run_page, write_sweep_page
 from rtgraph.cli.parser import build_parser
@@ -149,6 +150,11 @@ def cmd_eval(args: argparse.Namespace) -> int:
 
 
 def cmd_run(args: argparse.Namespace) -> int:
+    if getattr(args, "cluster", None):
+        return cmd_run_cluster(args)
+    for flag in ("data_parallel", "pipeline", "micro_batches", "tensor_parallel"):
+        if getattr(args, flag, 1) != 1:
+            raise UsageError(f"--{flag.replace('_', '-')} needs --cluster NAME")
     check_seed(args.seed)
     program, compiled, spec = compiled_program(args)
     if args.memory_snapshot and not (compiled.meta.get("alloc") or {}).get("kind"):
@@ -356,6 +362,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     def listed(value: str | None, default: Sequence[str]) -> list[str]:
         return [v for v in value.split(",") if v] if value else list(default)
 
+    if getattr(args, "scaling", False):
+        return bench_scaling(args, _bench_defines(args.define))
     paths = args.files or [BENCH_MODELS]
     report = headline.bench(
         paths,

@@ -135,6 +135,54 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="one JSON object for scripts")
     p.add_argument("--html", metavar="OUT.html", help="the run as a self-contained HTML page")
     p.add_argument("--advise", action="store_true", help="append the advisor's findings")
+    p.add_argument(
+        "--cluster",
+        metavar="NAME|FILE.toml",
+        help="run on a cluster (toy, toy-2x4, ascend-910b-x8 or a file): by the program's "
+        "device[i] blocks, or data parallel (--data-parallel)",
+    )
+    p.add_argument(
+        "--data-parallel",
+        type=int,
+        default=1,
+        metavar="N",
+        help="N replicas, each on 1/N of the batch (the parameter --batch names); needs --cluster",
+    )
+    p.add_argument(
+        "--tensor-parallel",
+        type=int,
+        default=1,
+        metavar="N",
+        help="cut the weight matrices over N devices, Megatron-style (column- then "
+        "row-parallel matmuls, an allreduce after each pair); needs --cluster",
+    )
+    p.add_argument(
+        "--pipeline",
+        type=int,
+        default=1,
+        metavar="P",
+        help="P pipeline stages, one device each: the program's device[i] blocks, else "
+        "balanced by the cost model; needs --cluster",
+    )
+    p.add_argument(
+        "--micro-batches",
+        type=int,
+        default=1,
+        metavar="M",
+        help="cut the batch (--batch) into M micro-batches that flow through the pipeline",
+    )
+    p.add_argument(
+        "--schedule",
+        choices=("gpipe", "1f1b"),
+        default="1f1b",
+        help="the pipeline's schedule (default 1f1b)",
+    )
+    p.add_argument(
+        "--batch",
+        default="B",
+        metavar="PARAM",
+        help="the program parameter --data-parallel and --micro-batches divide (default B)",
+    )
 
     p = sub.add_parser(
         "report",
@@ -227,6 +275,20 @@ def build_parser() -> argparse.ArgumentParser:
         help="set a program parameter in every model that declares it, or in MODEL only "
         "(repeatable)",
     )
+    p.add_argument(
+        "--scaling",
+        action="store_true",
+        help="the scaling table instead: 1, 2, 4, 8 devices of --cluster under data, pipeline "
+        "and tensor parallelism (default models: layer_stack, mlp_train)",
+    )
+    p.add_argument("--cluster", help="the cluster of --scaling (default: ascend-910b-x8)")
+    p.add_argument(
+        "--micro-batches",
+        type=int,
+        default=8,
+        metavar="M",
+        help="micro-batches of every --scaling pipeline point (at least the devices; default 8)",
+    )
 
     p = sub.add_parser("import", help="an ONNX model as a .rtg program and its params (.npz)")
     p.add_argument("file", help="the .onnx model")
@@ -254,7 +316,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--batching",
         action="append",
         metavar="POLICY",
-        help="none, static:B, dynamic:max=B,wait=T or continuous[:max=B]; repeat to compare "
+        help="none, static:B, dynamic:max=B,wait=T or continuous[:max=B][,budget=T] (chunked "
+        "prefill under a per-iteration token budget); repeat to compare "
         "(default: none)",
     )
     p.add_argument(

@@ -9,15 +9,19 @@ The spec loader (:mod:`.load`), the schema (:mod:`.schema`) and the compatibilit
 
 from __future__ import annotations
 
+import os
 import re
+import stat
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cache
 from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from rtgraph.errors import DeviceSpecError, Source, Span
+from rtgraph.errors import DeviceSpecError, RtgError, Source, Span
+from rtgraph.files import open_for_reading, read_at_most
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -152,3 +156,37 @@ def parse_toml(doc: Doc, *, spec: bool = False) -> dict[str, Any]:
             hint='a spec starts with extends = "NAME" or the tables of docs/devices.md',
         )
     return data
+
+
+def read_capped_toml(
+    path: Path,
+    what: str,
+    limit: int,
+    refuse: Callable[..., RtgError],
+    missing_hint: str,
+) -> Doc:
+    """``path``'s document — ``what`` (``device spec``, ``cluster spec``) for the messages —
+    read only if it is a regular file of at most ``limit`` bytes of UTF-8 (opened without
+    blocking, so a FIFO cannot hang the read); ``refuse(message, hint=None)`` makes the error
+    raised otherwise."""
+    try:
+        fd, info = open_for_reading(path)
+    except FileNotFoundError:
+        raise refuse(f"no {what} file '{path}'", missing_hint) from None
+    except OSError as exc:
+        raise refuse(f"cannot read {what} '{path}': {exc.strerror}") from None
+    try:
+        if not stat.S_ISREG(info.st_mode):
+            raise refuse(f"'{path}' is not a regular file")
+        if info.st_size > limit:
+            raise refuse(f"{what} '{path}' is {info.st_size:,} bytes; the limit is {limit:,}")
+        data = read_at_most(fd, limit + 1)
+    finally:
+        os.close(fd)
+    if len(data) > limit:
+        raise refuse(f"{what} '{path}' is over {limit:,} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise refuse(f"{what} '{path}' is not UTF-8 text") from None
+    return Doc(str(path), text, str(path.resolve()), path.resolve().parent)

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import re
-import stat
 from collections.abc import Mapping
 from functools import cache
 from importlib import resources
@@ -35,11 +34,11 @@ from rtgraph.device.document import (
     located_error,
     packaged_doc,
     parse_toml,
+    read_capped_toml,
 )
 from rtgraph.device.schema import Checker, build_spec, show_value
 from rtgraph.device.spec import DeviceSpec
 from rtgraph.errors import DeviceSpecError, did_you_mean
-from rtgraph.files import open_for_reading, read_at_most
 
 # --- loading -------------------------------------------------------------------------------
 
@@ -191,30 +190,8 @@ def _file_doc(path: Path, referrer: Doc | None) -> Doc:
             f"'{path}' is not a device spec: spec files end in .toml",
             f"shipped devices: {', '.join(shipped_names())}",
         )
-    try:
-        fd, info = open_for_reading(path)
-    except FileNotFoundError:
-        hint = f"shipped devices: {', '.join(shipped_names())}; or pass a path to a .toml file"
-        raise refuse(f"no device spec file '{path}'", hint) from None
-    except OSError as exc:
-        raise refuse(f"cannot read device spec '{path}': {exc.strerror}") from None
-    try:
-        if not stat.S_ISREG(info.st_mode):
-            raise refuse(f"'{path}' is not a regular file")
-        if info.st_size > MAX_SPEC_BYTES:
-            raise refuse(
-                f"device spec '{path}' is {info.st_size:,} bytes; the limit is {MAX_SPEC_BYTES:,}"
-            )
-        data = read_at_most(fd, MAX_SPEC_BYTES + 1)
-    finally:
-        os.close(fd)
-    if len(data) > MAX_SPEC_BYTES:
-        raise refuse(f"device spec '{path}' is over {MAX_SPEC_BYTES:,} bytes")
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError:
-        raise refuse(f"device spec '{path}' is not UTF-8 text") from None
-    return Doc(str(path), text, str(path.resolve()), path.resolve().parent)
+    hint = f"shipped devices: {', '.join(shipped_names())}; or pass a path to a .toml file"
+    return read_capped_toml(path, "device spec", MAX_SPEC_BYTES, refuse, hint)
 
 
 def _looks_like_path(ref: str) -> bool:

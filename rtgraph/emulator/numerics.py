@@ -46,7 +46,12 @@ from rtgraph.ops.registry import lookup, run_kernel
 from rtgraph.stream_program.program import Operand, StreamProgram, Task
 
 # Plan kinds.
-_OP, _H2D, _D2H = 0, 1, 2
+_OP, _H2D, _D2H, _SEND, _RECV = 0, 1, 2, 3, 4
+#: The transfers between devices (:mod:`rtgraph.ops.comm`): a cluster's link layer moves them.
+_TRANSFERS = ("send", "recv", "recv_reduce")
+
+
+_ADD = lookup("add")
 
 
 class DeviceMemory:
@@ -215,6 +220,8 @@ class Numerics:
             rows = task.attrs.get("rows")
             part = None if rows is None else (slice(rows[0], rows[1]), self._shapes[task.host])
             return (_D2H, memory.view(src, writeable=False), src.dtype, task.host, part)
+        if task.op in _TRANSFERS:
+            return self._transfer_plan(task)
         op = lookup(task.op)
         if op is None or op.kernel is None:
             raise StreamProgramError(
@@ -229,7 +236,36 @@ class Numerics:
         out_type = TensorType(tuple(out.shape), out.dtype)
         return (_OP, op, views, dtypes, dict(task.attrs), memory.view(out), out_type, task)
 
+    def _transfer_plan(self, task: Task) -> tuple:
+        """A send reads its operand (the payload) at start; a recv writes the payload at finish,
+        a recv_reduce the sum of the operand it read at start and the payload, rounded as the
+        ``add`` kernel rounds (the payload is handed over by :meth:`deliver` before finish)."""
+        memory = self.memory
+        if task.op == "send":
+            if len(task.inputs) != 1:
+                raise StreamProgramError(f"send task {task.id} '{task.name}' needs one input")
+            return (_SEND, memory.view(task.inputs[0], writeable=False))
+        out = task.output
+        if out is None:
+            raise StreamProgramError(f"{task.op} task {task.id} '{task.name}' has no output")
+        acc = None
+        if task.op == "recv_reduce":
+            if len(task.inputs) != 1:
+                raise StreamProgramError(
+                    f"recv_reduce task {task.id} '{task.name}' needs one input"
+                )
+            acc = (memory.view(task.inputs[0], writeable=False), task.inputs[0].dtype)
+        return (_RECV, memory.view(out), out.dtype, acc, TensorType(tuple(out.shape), out.dtype))
+
     # --- while running -------------------------------------------------------------------
+    def payload(self, task: int) -> np.ndarray:
+        """What the send ``task`` read at its start (storage form)."""
+        return self._pending[task]
+
+    def deliver(self, task: int, payload: np.ndarray) -> None:
+        """Hand the recv ``task`` its payload (storage form), before it finishes."""
+        self._pending[task] = (self._pending[task], payload)
+
     def start(self, task: int) -> None:
         """Read the task's inputs now and compute what it will write at finish."""
         plan = self._plans[task]
@@ -257,8 +293,24 @@ class Numerics:
             self._pending[task] = staging
         elif kind == _H2D:
             self._pending[task] = plan[1]
-        else:
+        elif kind == _RECV:  # a recv_reduce reads its operand now; a recv reads nothing
+            self._pending[task] = None if plan[3] is None else np.array(plan[3][0])
+        else:  # d2h, send
             self._pending[task] = np.array(plan[1])  # copy: later writes must not show
+
+    def _received(self, plan: tuple, acc: np.ndarray | None, payload: np.ndarray) -> None:
+        """Write a recv's payload, or a recv_reduce's ``acc + payload`` (as ``add`` computes it)."""
+        _, out, dtype, read, out_type = plan
+        payload = payload.reshape(out.shape)
+        if acc is None:
+            out[...] = payload
+            return
+        arrays = [
+            from_storage(a, d) if d == "bf16" else a for a, d in ((acc, read[1]), (payload, dtype))
+        ]
+        staging = self._staging(out)
+        out[...] = run_kernel(_ADD, arrays, {}, out_type, into=staging)
+        self._spare[staging.shape, staging.dtype.str].append(staging)
 
     def _staging(self, out: np.ndarray) -> np.ndarray:
         """A C-contiguous buffer of ``out``'s shape and storage dtype, free until released."""
@@ -278,7 +330,10 @@ class Numerics:
                 plan[5][...] = pending
             self._spare[pending.shape, pending.dtype.str].append(pending)
             return
-        if failed:
+        if failed or kind == _SEND:
+            return
+        if kind == _RECV:
+            self._received(plan, *pending)
             return
         if kind == _H2D:
             plan[2][...] = pending

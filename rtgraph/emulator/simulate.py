@@ -15,6 +15,10 @@ first run that needs them. The result's figures are computed from the run's colu
 NumPy, in the order of operations of a loop over task records, and the records themselves are
 built when first read.
 
+:func:`wire` builds one device's parts on a given event loop and :class:`DeviceRun` gathers
+their result: :func:`run` wires one device on its own loop, :mod:`.cluster` one per rank on a
+shared loop. A program with communication tasks (the ``link`` unit) needs a cluster.
+
 Errors: a device error (kernel fault, invalid wait) is raised at the host's next sync or at the
 end of the run; a deadlock as soon as nothing more can happen. Either way the error carries the
 partial result as ``error.result`` so reports can still show the timeline up to the failure.
@@ -31,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from rtgraph.cluster.spec import LINK_UNIT
 from rtgraph.device.spec import DeviceSpec
 from rtgraph.emulator.admission import admit
 from rtgraph.emulator.hardware import DeviceLoop, Hardware
@@ -93,46 +98,84 @@ def run(
     task whose float result has a NaN or Inf. ``failure_mode`` (``continue``/``stop``) and
     ``profile`` (``task_trace``/``op_trace``) default to none and to the device's setting.
     """
+    if link_tasks(program):
+        task = program.tasks[link_tasks(program)[0]]
+        raise UsageError(
+            f"program '{program.name}' has communication tasks (task {task.id} '{task.name}' "
+            f"is a {task.op} on the link unit): communication tasks need a cluster",
+            span=task.span,
+            hint="run it with run_cluster / --cluster",
+        )
     paused = gc.isenabled()
     gc.disable()  # the run allocates many small acyclic objects; collections only cost time
     try:
-        return _run(
-            program,
-            device,
-            inputs,
-            params,
-            seed,
-            numerics,
-            batch_size,
-            check_finite,
-            faults,
-            failure_mode,
-            profile,
-            fill_missing,
+        options = DeviceOptions(
+            batch_size, check_finite, faults, failure_mode, profile, fill_missing
         )
+        return _run(wire(DeviceLoop(), program, device, inputs, params, seed, numerics, options))
     finally:
         if paused:
             gc.enable()
 
 
-def _run(
+def _run(run: DeviceRun) -> RunResult:
+    """Run one wired device until nothing is left to happen; its result, or its error."""
+    engine = run.engine
+    run.host.start()
+    try:
+        engine.run()
+    except RtgError as err:
+        err.result = run.collect()  # type: ignore[attr-defined]
+        raise
+    result = run.collect()
+    if not run.finished():
+        err = device_deadlock(engine, run.hw, run.host)
+        err.result = result  # type: ignore[attr-defined]
+        raise err
+    error = run.hw.first_error(float("inf"))
+    if error is not None:
+        error.result = result  # type: ignore[attr-defined]
+        raise error
+    return result
+
+
+def link_tasks(program: StreamProgram) -> tuple[int, ...]:
+    """The ids of the program's communication tasks (on the link unit), found once and kept."""
+    return derived(
+        program, "link_tasks", lambda p: tuple(t.id for t in p.tasks if t.unit == LINK_UNIT)
+    )
+
+
+@dataclass(frozen=True)
+class DeviceOptions:
+    """How :func:`run` runs a device beyond its program and data (its docstring says what each
+    option means); a cluster run gives each rank its own."""
+
+    batch_size: int | Mapping[int, int] | None
+    check_finite: bool
+    faults: Collection[int]
+    failure_mode: str | None
+    profile: str | None
+    fill_missing: bool
+
+
+def wire(
+    engine: DeviceLoop,
     program: StreamProgram,
     device: DeviceSpec,
     inputs: Mapping[str, np.ndarray] | None,
     params: Mapping[str, np.ndarray] | None,
     seed: int,
     numerics: bool,
-    batch_size: int | Mapping[int, int] | None,
-    check_finite: bool,
-    faults: Collection[int],
-    failure_mode: str | None,
-    profile: str | None,
-    fill_missing: bool,
-) -> RunResult:
+    options: DeviceOptions,
+) -> DeviceRun:
+    """One device's parts on ``engine`` — its hardware, host thread and memory — checked and
+    ready to start; a cluster run wires one per rank on a shared loop."""
     tables = stream_tables(program)  # validates a program object once
     admit(program, device)
     seed = check_seed(seed)
-    stretch = profile_stretch(profile, device)
+    stretch = profile_stretch(options.profile, device)
+    failure_mode, faults = options.failure_mode, options.faults
     mode = failure_mode if failure_mode is not None else device.scheduler.failure_mode
     if mode not in FAILURE_MODES:
         raise UsageError(
@@ -145,30 +188,15 @@ def _run(
             hint=f"task ids are 0..{len(program.tasks) - 1}",
         )
     fault_set = frozenset(int(f) for f in faults)
-    batches = _batch_sizes(program, device, batch_size)
+    batches = _batch_sizes(program, device, options.batch_size)
     prepared = _prepare(program, tables, device, stretch)
-    nums = Numerics(program, inputs, params, seed, check_finite, fill_missing) if numerics else None
-
-    engine = DeviceLoop()
+    nums: Numerics | None = None
+    if numerics:
+        finite, fill = options.check_finite, options.fill_missing
+        nums = Numerics(program, inputs, params, seed, finite, fill)
     hw = Hardware(engine, program, tables, device, prepared.costs, nums, fault_set, mode)
     host = Host(engine, hw, program, tables, device, batches)
-    run = _Run(program, tables, prepared, device, engine, hw, host, profile, nums)
-    host.start()
-    try:
-        engine.run()
-    except RtgError as err:
-        err.result = run.collect()  # type: ignore[attr-defined]
-        raise
-    result = run.collect()
-    if not host.done or not hw.device_done():
-        err = _deadlock(engine, hw, host)
-        err.result = result  # type: ignore[attr-defined]
-        raise err
-    error = hw.first_error(float("inf"))
-    if error is not None:
-        error.result = result  # type: ignore[attr-defined]
-        raise error
-    return result
+    return DeviceRun(program, tables, prepared, device, engine, hw, host, options.profile, nums)
 
 
 def _batch_sizes(
@@ -232,6 +260,8 @@ def _prepare(
     costs = task_costs(program, spec, stretch)
     units = tuple(spec.units)
     place = {u: k for k, u in enumerate(units)}
+    for task in link_tasks(program):  # timed by a cluster's links, not by the HBM timer
+        costs.link[task] = LINK_UNIT
     prepared = _Prepared(
         costs=costs,
         units=units,
@@ -243,7 +273,7 @@ def _prepare(
     return prepared
 
 
-def _deadlock(engine: Engine, hw: Hardware, host: Host) -> DeadlockError:
+def device_deadlock(engine: Engine, hw: Hardware, host: Host) -> DeadlockError:
     parts = []
     unsubmitted = False
     stuck = hw.stuck_waits()
@@ -274,7 +304,7 @@ def _deadlock(engine: Engine, hw: Hardware, host: Host) -> DeadlockError:
     )
 
 
-class _Run:
+class DeviceRun:
     """One run's parts, and how to gather a :class:`RunResult` from them (at its end, or at
     the error that stopped it)."""
 
@@ -299,6 +329,10 @@ class _Run:
         self.host = host
         self.profile = profile
         self.nums = nums
+
+    def finished(self) -> bool:
+        """Whether the host walked every command and the device completed everything."""
+        return self.host.done and self.hw.device_done()
 
     def collect(self) -> RunResult:
         """Gather what the run did up to now."""

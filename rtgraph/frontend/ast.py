@@ -222,6 +222,15 @@ class OnBlock:
 
 
 @dataclass(slots=True)
+class DeviceBlock:
+    """``device[rank] { … }``: the ops of the body run on device ``rank`` of the cluster."""
+
+    rank: Expr
+    body: tuple[Stmt, ...]
+    span: Span
+
+
+@dataclass(slots=True)
 class Record:
     event: EventRef
     span: Span
@@ -277,6 +286,7 @@ Stmt = (
     | StreamDecl
     | EventDecl
     | OnBlock
+    | DeviceBlock
     | Record
     | Wait
     | Barrier

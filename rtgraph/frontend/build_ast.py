@@ -150,6 +150,9 @@ class AstBuilder:
     def on_block(self, c: list) -> ast.OnBlock:
         return ast.OnBlock(self.ident(c[1]), c[2].stmts, self.span(c))
 
+    def device_block(self, c: list) -> ast.DeviceBlock:
+        return ast.DeviceBlock(c[2], c[4].stmts, self.span(c))
+
     def record(self, c: list) -> ast.Record:
         return ast.Record(c[1], self.span(c))
 

@@ -10,6 +10,7 @@ lists every independent error, in source order.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import replace
 
 from rtgraph.device import device_name_problem
 from rtgraph.dtypes import DTYPES
@@ -29,7 +30,7 @@ from rtgraph.frontend.functions import (
 from rtgraph.frontend.fusion import FusionChecker
 from rtgraph.frontend.parser import INT_LIMIT
 from rtgraph.frontend.values import POISON, Bound, FnRef, Scope, Value, describe
-from rtgraph.ir.graph import Program, Tensor
+from rtgraph.ir.graph import OpNode, Program, Tensor
 from rtgraph.ops import language_op
 from rtgraph.ops.fused import CHANNEL_AXIS
 from rtgraph.ops.registry import ELEMENT_MOVES
@@ -43,6 +44,8 @@ from rtgraph.ops.registry import ELEMENT_MOVES
 MAX_STEPS = 4_000_000
 #: Deepest chain of nested function calls.
 MAX_CALL_DEPTH = 64
+#: Device ranks a ``device[…]`` block may name (a cluster spec allows as many devices).
+MAX_DEVICES = 1024
 #: The precisions ``@precision(…)`` may pin an op to (``int8``: a matmul or conv2d only).
 PRECISIONS = ("f32", "f16", "bf16", "int8")
 _PRECISIONS_HINT = "@precision takes f32, f16, bf16 or int8 (int8: a matmul or conv2d)"
@@ -59,6 +62,7 @@ class Checker(FusionChecker):
         self.program_scope = Scope(self.globals)
         self.scope = self.program_scope
         self.stream: str | None = None
+        self.device: int | None = None  # the rank of the enclosing device[…] block
         self.active_fns: list[str] = []
         self.recursive: set[str] = set()
         self.costs: dict[str, Cost] = {}  # the fewest steps and nodes a call of each fn runs
@@ -391,6 +395,35 @@ class Checker(FusionChecker):
         finally:
             self.scope = outer
 
+    def s_device(self, st: ast.DeviceBlock) -> None:
+        """``device[rank] { … }``: every op the body makes (calls included) runs on ``rank``."""
+        rank = self.compile_time_int(st.rank, "a device rank")
+        if self.device is not None:
+            self.error(
+                "device blocks cannot be nested",
+                st.span,
+                hint=f"this block is already inside 'device[{self.device}]'",
+            )
+            return
+        if rank is not None and not 0 <= rank < MAX_DEVICES:
+            self.error(
+                f"device rank {rank} is not between 0 and {MAX_DEVICES - 1}",
+                st.rank.span,
+                hint="ranks count the cluster's devices from 0",
+            )
+            return
+        mark = len(self.ir.nodes)
+        self.device = rank if rank is not None else 0
+        try:
+            self.run_block(st.body)
+        finally:
+            self.device = None
+        nodes = self.ir.nodes
+        for k in range(mark, len(nodes)):
+            node = nodes[k]
+            if isinstance(node, OpNode):
+                nodes[k] = replace(node, device=rank)
+
     def callee_cost(self, name: str) -> Cost | None:
         """What a call of ``name`` costs at least here (None: it is no name, maybe an op)."""
         bound = self.scope.lookup(name)
@@ -529,6 +562,7 @@ _STATEMENTS = {
     ast.StreamDecl: Checker.s_streams,
     ast.EventDecl: Checker.s_events,
     ast.OnBlock: Checker.s_on,
+    ast.DeviceBlock: Checker.s_device,
     ast.Record: Checker.s_record,
     ast.Wait: Checker.s_wait,
     ast.Barrier: Checker.s_barrier,

@@ -36,7 +36,7 @@ def statements(body: tuple[ast.Stmt, ...]) -> Iterator[ast.Stmt]:
     while stack:
         stmt = stack.pop()
         yield stmt
-        if isinstance(stmt, ast.OnBlock | ast.ForLoop):
+        if isinstance(stmt, ast.OnBlock | ast.DeviceBlock | ast.ForLoop):
             stack.extend(reversed(stmt.body))
 
 
@@ -63,6 +63,8 @@ def _stmt_exprs(stmt: ast.Stmt) -> tuple:
         return (stmt.value,) if stmt.value is not None else ()
     if isinstance(stmt, ast.ForLoop):
         return (stmt.start, stmt.stop)
+    if isinstance(stmt, ast.DeviceBlock):
+        return (stmt.rank,)
     return ()
 
 
@@ -143,7 +145,7 @@ def block_cost(
         if total.steps >= COST_CAP:
             break
         total += Cost(1) + _calls_cost(_stmt_exprs(stmt), callee)
-        if isinstance(stmt, ast.OnBlock):
+        if isinstance(stmt, ast.OnBlock | ast.DeviceBlock):
             total += block_cost(stmt.body, callee, known)
         elif isinstance(stmt, ast.ForLoop):
             trips = _trips(stmt, known)

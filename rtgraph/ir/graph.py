@@ -77,6 +77,8 @@ class OpNode:
     chooses). ``after`` names tokens/tensors whose producers must finish first with no data
     flowing (``kernel(..., after=[t1])``). For a synthetic ``kernel`` the attrs hold ``unit``,
     ``us``, ``reads`` and ``writes`` (tensor or buffer names), and optionally ``block_dim``.
+    ``device`` is the rank of an enclosing ``device[i]`` block (None: not placed — device 0 of
+    a cluster, the one device otherwise).
     """
 
     op: str
@@ -86,6 +88,7 @@ class OpNode:
     span: Span | None = None
     stream: str | None = None
     after: tuple[str, ...] = ()
+    device: int | None = None
 
 
 @dataclass(frozen=True)

@@ -77,6 +77,8 @@ def _op_line(node: OpNode, program: Program) -> str:
         line += f" @precision({out.precision})"
     if node.stream is not None:
         line += f" on {node.stream}"
+    if node.device is not None:
+        line += f" on device[{node.device}]"
     if node.after:
         line += f" after [{', '.join(node.after)}]"
     if out is not None and node.output.startswith("%") and out.display:

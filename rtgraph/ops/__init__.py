@@ -40,6 +40,7 @@ agree bit for bit and both behave like a device):
 """
 
 from rtgraph.ops import (
+    comm,
     copies,
     cube,
     elementwise,
@@ -68,8 +69,20 @@ from rtgraph.ops.table import op_table
 
 #: The op families, in the order the language spec lists them: Cube, Vector elementwise,
 #: quantization, reductions and normalisations, data movement and windows, layout, DMA, the
-#: synthetic kernel; then the ops only the compiler makes (the fused Vector kernel).
-FAMILIES = (cube, elementwise, quant, reductions, movement, layout, copies, synthetic, fused)
+#: collectives (and the transfers the compiler makes of them), the synthetic kernel; then the
+#: ops only the compiler makes (the fused Vector kernel).
+FAMILIES = (
+    cube,
+    elementwise,
+    quant,
+    reductions,
+    movement,
+    layout,
+    copies,
+    comm,
+    synthetic,
+    fused,
+)
 
 
 def _register_families() -> None:

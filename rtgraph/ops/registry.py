@@ -97,7 +97,7 @@ class OpError(Exception):
         self.kind = kind
 
 
-Unit = Literal["cube", "vector", "dma", "layout", "synthetic"]
+Unit = Literal["cube", "vector", "dma", "link", "layout", "synthetic"]
 
 
 @dataclass(frozen=True)

@@ -18,6 +18,7 @@ _UNITS = {
     "cube": "Cube",
     "vector": "Vector",
     "dma": "DMA",
+    "link": "link (a cluster's transfers)",
     "layout": "view, else a Vector copy",
     "synthetic": "its `unit` attribute",
 }

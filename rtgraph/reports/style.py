@@ -30,6 +30,7 @@ OP_CLASS_COLORS: dict[str, str] = {
     "h2d": "#009E73",
     "d2h": "#56B4E9",
     "dma copy": "#8FBC8F",
+    "transfer": "#7A4D9E",  # send, recv, recv_reduce: a cluster's link unit
     # Synthetic kernels (``kernel(unit = …)``) in a pale tint of their unit's main class, so a
     # DAG of them still shows which unit each task holds; "synthetic" is the unit-less rest.
     "synthetic cube": "#8CBBE0",
@@ -101,6 +102,8 @@ def op_class(op: str, unit: str | None = None) -> str:
     opdef = lookup(op)
     if opdef is None:
         return "synthetic"
+    if opdef.unit == "link":
+        return "transfer"
     if opdef.unit == "cube":
         return "matmul/conv"
     if opdef.unit == "layout":

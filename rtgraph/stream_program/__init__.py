@@ -4,7 +4,8 @@
 :mod:`.commands` the host's commands; :mod:`.tables` indexes the commands per stream (built
 when a program is validated, kept on it); :mod:`.listing` prints it per stream (and as
 Graphviz); :mod:`.hazards` finds the byte ranges two tasks both touch; :mod:`.races` proves
-every conflicting pair ordered by happens-before.
+every conflicting pair ordered by happens-before; :mod:`.transfers` checks a cluster's
+per-rank programs' messages and cross-device waits.
 """
 
 from rtgraph.stream_program.program import (

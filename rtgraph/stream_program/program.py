@@ -522,7 +522,7 @@ def validate(p: StreamProgram) -> None:
     needs: set[tuple[str, int]] = set()
     touching = False
     for t in p.tasks:
-        if t.unit not in ("cube", "vector", "dma"):
+        if t.unit not in ("cube", "vector", "dma", "link"):
             raise StreamProgramError(f"task {t.id} has unknown unit {t.unit!r}")
         needs.add((t.unit, t.block_dim))
         if t.reads or t.writes:

@@ -232,7 +232,7 @@ SCHEMA_DOC: dict[str, Any] = {
                 "id": _ID,
                 "name": _NAME,
                 "op": _NAME,
-                "unit": {"enum": ["cube", "vector", "dma"]},
+                "unit": {"enum": ["cube", "vector", "dma", "link"]},
                 "inputs": _list(_ref("operand")),
                 "output": {"anyOf": [_ref("operand"), {"type": "null"}]},
                 "reads": _list(_ref("range")),

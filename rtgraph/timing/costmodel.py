@@ -162,11 +162,17 @@ def estimate_us(
 
     Compute units: ``launch_us + max(compute_us, memory_us)``. The dma unit: ``launch_us +
     dma_us(bytes_moved, kind, pinned)``; ``dtype``, ``flops``, ``cores`` and the share are
-    then unused (a copy takes one engine, and its rate is the link's or the engine's).
+    then unused (a copy takes one engine, and its rate is the link's or the engine's). The
+    ``link`` unit of a cluster's device: ``launch_us`` plus the bytes at the unit's
+    ``bandwidth`` (its fastest link alone: an estimate for schedulers — the emulator times a
+    transfer on the links it crosses, with their latency and contention).
     """
     found = unit_of(unit, spec)
     if unit == "dma":
         return found.launch_us + dma_us(bytes_moved, kind, spec, pinned)
+    if not found.peak_flops:
+        moved = bytes_moved * 1e6 / found.bandwidth if found.bandwidth > 0 else 0.0
+        return found.launch_us + moved
     compute = compute_us(unit, dtype, flops, cores, spec)
     memory = memory_us(bytes_moved, bandwidth_share, spec)
     return found.launch_us + max(compute, memory)

@@ -23,6 +23,7 @@ from rtgraph.compiler.optimizer.order_for_overlap import order_for_overlap
 from rtgraph.compiler.optimizer.stream_host_copies import stream_host_copies
 from rtgraph.compiler.optimizer.tile_and_pipeline import tile_and_pipeline
 from rtgraph.compiler.options import CompileOptions
+from rtgraph.compiler.parallel.group_of_one import group_of_one
 from rtgraph.errors import UsageError
 from rtgraph.ir.graph import Program
 
@@ -69,7 +70,9 @@ def optimize_steps(program: Program, options: CompileOptions) -> Iterator[tuple[
 
 
 def optimize(program: Program, options: CompileOptions) -> Program:
-    """``program`` after every pass ``options`` choose."""
+    """``program`` after every pass ``options`` choose (its collectives, run by one device,
+    first made the identity: :func:`~rtgraph.compiler.parallel.group_of_one.group_of_one`)."""
+    program = group_of_one(program)
     result = program
     for _, after in optimize_steps(program, options):
         result = after
@@ -83,6 +86,7 @@ def optimized_ir(program: Program, options: CompileOptions, after: str | None = 
     if after is not None and after not in names:
         hint = f"the passes that run: {', '.join(names)}" if names else "add -O1 or --passes"
         raise UsageError(f"--after {after}: no such pass runs here", hint=hint)
+    program = group_of_one(program)
     result = program
     for name, step in optimize_steps(program, options):
         result = step

@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 from rtgraph.dtypes import DTYPES, contiguous_strides
 from rtgraph.ir.graph import CallbackNode, HostCopyNode, Node, OpNode, Program
+from rtgraph.ops.comm import TRANSFERS
 from rtgraph.ops.fused import body_attrs
 from rtgraph.ops.layout import VIEW_OPS, view_layout
 
@@ -107,6 +108,8 @@ def _pinned(program: Program) -> frozenset[str]:
                 keep.update(node.attrs.get("reads", ()))
                 keep.update(node.attrs.get("writes", ()))
                 keep.add(node.output)
+            elif node.op in TRANSFERS:  # a transfer has a peer: the program alone cannot drop it
+                keep.add(node.output)
         elif isinstance(node, CallbackNode):
             keep.add(node.after)
         elif isinstance(node, HostCopyNode):
@@ -116,9 +119,14 @@ def _pinned(program: Program) -> frozenset[str]:
 
 def movable(node: Node) -> bool:
     """Whether a pass may move, merge or drop ``node``: an op the compiler schedules (no
-    explicit stream, no ``after=``), other than a synthetic kernel."""
+    explicit stream, no ``after=``), other than a synthetic kernel or a transfer (whose order
+    is its peer's too)."""
     return (
-        isinstance(node, OpNode) and node.op != "kernel" and node.stream is None and not node.after
+        isinstance(node, OpNode)
+        and node.op != "kernel"
+        and node.op not in TRANSFERS
+        and node.stream is None
+        and not node.after
     )
 
 

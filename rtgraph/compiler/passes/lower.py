@@ -283,6 +283,9 @@ class _Builder:
         if node.op == "kernel":
             self.kernel(node, t_out)
             return
+        if node.op == "send":
+            self.send(node, t_out)
+            return
         opdef = lookup(node.op)
         assert opdef is not None, node.op
         if node.op in LAYOUT_OPS:
@@ -398,6 +401,34 @@ class _Builder:
             after=node.after,
         )
         self.writers[node.output] = [(0, 0, task)]  # its token: what `after=` waits for
+
+    def send(self, node: OpNode, t_out: Tensor) -> None:
+        """A transfer's sending half: reads its operand, writes nothing here (the bytes land
+        in the peer's memory); its result is a token, like a synthetic kernel's."""
+        reads, read_windows = self.read_windows(node.inputs)
+        nbytes = self.program.tensors[node.inputs[0]].type.nbytes
+        task = self.add(
+            build(
+                DagTask,
+                {
+                    "id": len(self.tasks),
+                    "name": t_out.label,
+                    "op": "send",
+                    "unit": "link",
+                    "inputs": node.inputs,
+                    "output": None,
+                    "reads": reads,
+                    "read_windows": read_windows,
+                    "writes": (),
+                    "bytes_read": nbytes,
+                    "attrs": dict(node.attrs),
+                    "stream": node.stream,
+                    "span": node.span,
+                },
+            ),
+            after=node.after,
+        )
+        self.writers[node.output] = [(0, 0, task)]
 
     def finish_outputs(self) -> None:
         """A ``d2h`` copy per output, placed right after the task that produces it."""

@@ -102,9 +102,14 @@ def task_estimate_us(task: DagTask, graph: TaskGraph) -> float:
     )
 
 
+#: The units tasks run on, in stream order: a cluster's devices add the ``link`` unit their
+#: transfers run on (:data:`rtgraph.cluster.LINK_UNIT`).
+TASK_UNITS: tuple[str, ...] = (*UNITS, "link")
+
+
 def units_in_use(graph: TaskGraph) -> list[str]:
     used = {t.unit for t in graph.tasks}
-    return [u for u in UNITS if u in used]
+    return [u for u in TASK_UNITS if u in used]
 
 
 class Single:
@@ -363,7 +368,8 @@ def _lanes(jobs, schedule) -> tuple[tuple[StreamInfo, ...], list[int]]:
     """A stream per (unit, lane) of the schedule, numbered by unit then lane."""
     streams: list[StreamInfo] = []
     sid: dict[tuple[str, int], int] = {}
-    rank = {**{u: k for k, u in enumerate(UNITS)}, "h2d": len(UNITS), "d2h": len(UNITS) + 1}
+    n = len(TASK_UNITS)
+    rank = {**{u: k for k, u in enumerate(TASK_UNITS)}, "h2d": n, "d2h": n + 1}
     for k in sorted(range(len(jobs)), key=lambda k: (rank[jobs[k].unit], schedule.lane[k])):
         key = (jobs[k].unit, schedule.lane[k])
         if key not in sid:
