@@ -257,3 +257,15 @@ def test_the_transformer_stack_on_many_devices_equals_its_single_device_referenc
         assert check["max_rel"] <= 16 * 2.0**-11, check
     else:
         assert check["check"] == "bit-exact", check
+
+
+def test_balanced_stages_cut_where_the_fewest_bytes_cross():
+    """A residual layer's boundary after its add sends the residual alone; one after the next
+    layer's norm would send the residual and the norm's output. Within 2 % of the best
+    balance, the cut sends one tensor a hop: B/M × D × 2 bytes a micro-batch."""
+    program = rtgraph.load("models/layer_stack.rtg", B=64, D=32, F=128)
+    compiled = cluster_api.compile_cluster(program, cluster="toy", pipeline=4, micro_batches=8)
+    run = cluster_api.run_cluster(compiled, numerics=False)
+    per_hop = 64 // 8 * 32 * 2
+    assert {t.bytes for t in run.result.transfers} == {per_hop}
+    assert len(run.result.transfers) == 3 * 8

@@ -98,7 +98,7 @@ def assign_stages(micro: Program, ops: list[OpNode], stages: int, spec: DeviceSp
                 )
         of = [n.device or 0 for n in ops]
     else:
-        of = balanced(costs, stages)
+        of = balanced(costs, stages, crossing_bytes(micro, ops))
     home: dict[str, int] = {}
     back_value: set[str] = set()
     backward = []
@@ -134,10 +134,44 @@ def op_cost_us(node: OpNode, program: Program, spec: DeviceSpec) -> float:
     return estimate_us(unit, dtype, cost.flops, moved, cores, spec)
 
 
-def balanced(costs: list[float], stages: int) -> list[int]:
+#: How much longer than the best balance a stage may be to cut where fewer bytes cross.
+BYTES_SLACK = 1.02
+#: Programs up to this many ops get the byte-aware cut (a DP over cut positions); longer ones
+#: the greedy one.
+BYTES_DP_OPS = 3000
+
+
+def crossing_bytes(program: Program, ops: list[OpNode]) -> list[int]:
+    """Per position k (0 < k < n): the bytes of the values made before op k and read at or
+    after it — what a stage boundary there must send (once per value; a difference array)."""
+    n = len(ops)
+    diff = [0] * (n + 1)
+    made = {x.output: k for k, x in enumerate(ops)}
+    last: dict[str, int] = {}
+    for k, x in enumerate(ops):
+        for i in x.inputs:
+            if i in made:
+                last[i] = k
+    for name, k in last.items():
+        a = made[name]
+        if k > a:
+            nbytes = program.tensors[name].type.nbytes
+            diff[a + 1] += nbytes
+            diff[k + 1] -= nbytes
+    out, run = [], 0
+    for k in range(n):
+        run += diff[k]
+        out.append(run)
+    return out
+
+
+def balanced(costs: list[float], stages: int, crossing: list[int] | None = None) -> list[int]:
     """Each op's stage: ``costs`` cut into at most ``stages`` contiguous runs, the largest run's
     sum as small as possible (binary search on it; greedy fill per probe), every stage given at
-    least one op where there are enough."""
+    least one op where there are enough. Given ``crossing`` (:func:`crossing_bytes`), among the
+    cuts whose largest run is within :data:`BYTES_SLACK` of that best, the one sending the
+    fewest bytes across its boundaries (a DP over cut positions): a cut after a residual add
+    sends one tensor, one after the next layer's norm two."""
     n = len(costs)
     if n == 0:
         return []
@@ -151,6 +185,8 @@ def balanced(costs: list[float], stages: int) -> list[int]:
         else:
             lo = mid
     runs = _fill(costs, hi)
+    if crossing is not None and len(runs) == stages and n <= BYTES_DP_OPS:
+        runs = _fewest_bytes(costs, stages, hi * BYTES_SLACK, crossing) or runs
     while len(runs) < min(stages, n):  # split the longest run that can be split
         k = max(
             (r for r in range(len(runs)) if runs[r][1] - runs[r][0] > 1),
@@ -162,6 +198,43 @@ def balanced(costs: list[float], stages: int) -> list[int]:
     for s, (a, b) in enumerate(runs):
         of[a:b] = [s] * (b - a)
     return of
+
+
+def _fewest_bytes(
+    costs: list[float], stages: int, cap: float, crossing: list[int]
+) -> list[tuple[int, int]] | None:
+    """``stages`` runs, each summing to at most ``cap``, whose boundaries send the fewest
+    bytes: best[s][j] = min over i of best[s − 1][i] + crossing[i] for runs i..j within the cap
+    (two pointers bound each window); None when no such cut exists."""
+    n = len(costs)
+    prefix = [0.0]
+    for c in costs:
+        prefix.append(prefix[-1] + c)
+    inf = float("inf")
+    best = [inf] * (n + 1)
+    best[0] = 0.0
+    choice: list[list[int]] = []
+    for _ in range(stages):
+        new = [inf] * (n + 1)
+        back = [-1] * (n + 1)
+        for j in range(1, n + 1):
+            i = j - 1
+            while i >= 0 and prefix[j] - prefix[i] <= cap * (1 + 1e-12):
+                if best[i] < inf:
+                    cost = best[i] + (crossing[i] if i > 0 else 0)
+                    if cost < new[j]:
+                        new[j], back[j] = cost, i
+                i -= 1
+        best = new
+        choice.append(back)
+    if best[n] == inf:
+        return None
+    runs, j = [], n
+    for s in reversed(range(stages)):
+        i = choice[s][j]
+        runs.append((i, j))
+        j = i
+    return list(reversed(runs))
 
 
 def _fill(costs: list[float], cap: float) -> list[tuple[int, int]]:
