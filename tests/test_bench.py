@@ -30,6 +30,7 @@ from rtgraph.bench.claims import (
     spec_input_row,
     verdict,
 )
+from rtgraph.bench.figure import report_figure
 from rtgraph.bench.rows import EMULATED, SPEC_COSTED, PolicyRow
 from rtgraph.errors import UsageError
 from rtgraph.stream_program import Wait
@@ -181,13 +182,13 @@ def test_json_round_trips_with_derived_columns(report):
 def test_figure_has_three_panels(report, tmp_path):
     from rtgraph.reports.style import save_figure
 
-    fig = report.figure()
+    fig = report_figure(report)
     assert len(fig.axes) == 3
     assert save_figure(fig, tmp_path / "bench.png").stat().st_size > 0
 
 
 def test_figure_legends_sit_off_the_bars_inside_the_picture_with_plain_ticks(report):
-    fig = report.figure()
+    fig = report_figure(report)
     fig.canvas.draw()
     renderer = fig.canvas.get_renderer()
     for ax in fig.axes:

@@ -12,6 +12,7 @@ import json
 import sys
 from collections.abc import Sequence
 
+from rtgraph.bench.figure import report_figure
 from rtgraph.bench.run import bench
 from rtgraph.bench.scaling import DEFAULT_CLUSTER, DEFAULT_MODELS, MICRO_BATCHES, scaling
 from rtgraph.errors import UsageError
@@ -56,7 +57,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise UsageError("no models to benchmark", hint="for example: rtgraph bench models/")
         report = bench(args.paths, device=args.device, progress=None)
         if args.figure:
-            save_figure(report.figure(), args.figure)
+            save_figure(report_figure(report), args.figure)
     except UsageError as e:
         print(e.render(), file=sys.stderr)
         return 2

@@ -1,6 +1,8 @@
 """The bench's picture: makespan and Cube + Vector utilization per policy, and the memory plans.
 
-The one bench module that draws (matplotlib, through :mod:`rtgraph.reports.style`).
+The one bench module that draws (matplotlib, through :mod:`rtgraph.reports.style`); nothing
+else in :mod:`rtgraph.bench` imports it, so a sweep's workers, which run the bench's rows, never
+load matplotlib (``rtgraph bench --figure`` imports it where it draws).
 """
 
 from __future__ import annotations
@@ -12,11 +14,17 @@ from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, NullFormatter
 
+from rtgraph.bench.report import BenchReport
 from rtgraph.bench.rows import MemoryRow, PolicyRow
 from rtgraph.reports.style import new_figure, stream_color
 
 #: Marker of each memory plan drawn over the policy bars (the first plan is the bar itself).
 PLAN_MARKERS = ("_", "o", "D", "v", "s")
+
+
+def report_figure(report: BenchReport) -> Figure:
+    """Makespan and Cube + Vector utilization per policy, and the memory plans, per model."""
+    return bench_figure(report.models, report.policies, report.memory)
 
 
 def bench_figure(

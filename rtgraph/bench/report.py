@@ -9,10 +9,9 @@ rows: judging is :mod:`rtgraph.bench.claims`, printing :mod:`rtgraph.bench.table
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rtgraph.bench.claims import HEADLINE_MODELS, headline_caption, headline_rows
-from rtgraph.bench.figure import bench_figure
 from rtgraph.bench.precision import PrecisionRow
 from rtgraph.bench.rows import BASELINE, AllocRow, HeadlineRow, MemoryRow, OptRow, PolicyRow
 from rtgraph.bench.tables import (
@@ -23,9 +22,6 @@ from rtgraph.bench.tables import (
     policy_table,
     precision_table,
 )
-
-if TYPE_CHECKING:  # the drawing is bench.figure's; this module only names its type
-    from matplotlib.figure import Figure
 
 
 @dataclass
@@ -141,7 +137,3 @@ class BenchReport:
             "precision": [asdict(r) for r in self.precision],
             "headline": [asdict(r) for r in self.headline_rows()],
         }
-
-    def figure(self) -> Figure:
-        """Makespan and Cube + Vector utilization per policy, and the memory plans, per model."""
-        return bench_figure(self.models, self.policies, self.memory)

@@ -378,9 +378,10 @@ def cmd_bench(args: argparse.Namespace) -> int:
     text = json.dumps(report.to_json(), indent=1) if args.json else report.markdown()
     if args.figure:
         # matplotlib: loaded only when a picture is asked for
+        from rtgraph.bench.figure import report_figure
         from rtgraph.reports.style import save_figure
 
-        save_figure(report.figure(), args.figure)
+        save_figure(report_figure(report), args.figure)
     if args.output:
         write_atomic(args.output, text + "\n")
         print(f"wrote {args.output}")
