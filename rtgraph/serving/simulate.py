@@ -314,13 +314,20 @@ def _serve_continuous(out: Outcome, table: StepTable, cache: KVCache, swap) -> N
             running, t = _decode(
                 out, table, cache, (running, made, last, swapped), waiting, t, upcoming, swap
             )
-        done = running[made[running] >= req.output[running]]
-        if len(done):
-            out.finish[done] = t
-            cache.release(done)
-            running = running[made[running] < req.output[running]]
-        out.kv.append((t, cache.used))
+        running = _retire(out, cache, req, running, made, t)
         out.queue.append((t, len(waiting)))
+
+
+def _retire(out, cache, req, running: np.ndarray, made: np.ndarray, t: float) -> np.ndarray:
+    """The running sequences that made their last token by ``t`` finish and free their KV
+    blocks; the rest keep running. Records the cache's occupancy at ``t``."""
+    done = running[made[running] >= req.output[running]]
+    if len(done):
+        out.finish[done] = t
+        cache.release(done)
+        running = running[made[running] < req.output[running]]
+    out.kv.append((t, cache.used))
+    return running
 
 
 def _decode(out, table, cache, state, waiting, t: float, upcoming: float, swap):
@@ -444,12 +451,7 @@ def _serve_chunked(out: Outcome, table: StepTable, cache: KVCache, swap) -> None
             running, t = _decode(
                 out, table, cache, (running, made, last, swapped), waiting, t, upcoming, swap
             )
-        done = running[made[running] >= req.output[running]]
-        if len(done):
-            out.finish[done] = t
-            cache.release(done)
-            running = running[made[running] < req.output[running]]
-        out.kv.append((t, cache.used))
+        running = _retire(out, cache, req, running, made, t)
         out.queue.append((t, len(waiting)))
 
 
