@@ -21,9 +21,6 @@ from rtgraph.compiler.parallel.transfers import Tags, device_program, recv_node,
 from rtgraph.errors import CheckError
 from rtgraph.ir.graph import Node, OpNode, Program, Tensor
 
-#: Tensor kinds that are not made by an op: every rank that reads one has its own.
-_RESIDENT = ("input", "param", "const", "buffer")
-
 
 def placed_ranks(program: Program) -> int:
     """How many devices ``program``'s placement uses: one more than its highest rank (1 when
