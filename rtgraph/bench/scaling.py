@@ -223,6 +223,7 @@ def _measured(
     run: cluster_api.ClusterRun, model: str, parallelism: str, n: int, one_device_us: float
 ) -> ScalingPoint:
     result = run.result
+    figures = device_figures(result)
     speedup = one_device_us / run.makespan_us if run.makespan_us > 0 else 0.0
     return ScalingPoint(
         model=model,
@@ -231,8 +232,8 @@ def _measured(
         makespan_us=run.makespan_us,
         speedup=speedup,
         efficiency=speedup / n,
-        bubble=max(bubble_fraction(result), 0.0),  # (no rounding noise below zero)
+        bubble=max(bubble_fraction(result, figures), 0.0),  # (no rounding noise below zero)
         link_bytes=sum(link.bytes for link in result.links),
         link_utilization=max((link.utilization for link in result.links), default=0.0),
-        memory_peak_bytes=max(f.memory_peak_bytes for f in device_figures(result)),
+        memory_peak_bytes=max(f.memory_peak_bytes for f in figures),
     )

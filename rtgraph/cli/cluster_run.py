@@ -58,13 +58,14 @@ def cmd_run_cluster(args: argparse.Namespace) -> int:
     if args.timeline:
         write_cluster_timeline(args.timeline, run.result)
     if args.json:
+        figures = device_figures(run.result)
         data = {
             "program": compiled.name,
             "cluster": compiled.cluster.name,
             "devices": compiled.devices,
             "parallelism": compiled.parallelism,
             "makespan_us": run.makespan_us,
-            "bubble_fraction": bubble_fraction(run.result),
+            "bubble_fraction": bubble_fraction(run.result, figures),
             "per_device": [
                 {
                     "rank": f.rank,
@@ -74,7 +75,7 @@ def cmd_run_cluster(args: argparse.Namespace) -> int:
                     "transfers": f.transfers,
                     "memory_peak_bytes": f.memory_peak_bytes,
                 }
-                for f in device_figures(run.result)
+                for f in figures
             ],
             "check": run.check,
             "stages": compiled.meta.get("stages"),

@@ -75,28 +75,30 @@ def compute_span(result: Any) -> tuple[float, float]:
     return (min(starts), max(ends)) if starts else (0.0, 0.0)
 
 
-def bubble_fraction(result: Any) -> float:
-    """``1 − Σ busy_d / (devices · span)`` over the compute span (module docstring)."""
+def bubble_fraction(result: Any, figures: list[DeviceFigures] | None = None) -> float:
+    """``1 − Σ busy_d / (devices · span)`` over the compute span (module docstring);
+    ``figures`` are :func:`device_figures` of ``result`` when the caller has them already."""
     lo, hi = compute_span(result)
     span = hi - lo
     if span <= 0:
         return 0.0
-    busy = sum(f.busy_us for f in device_figures(result))
+    busy = sum(f.busy_us for f in figures or device_figures(result))
     return 1.0 - busy / (len(result.devices) * span)
 
 
 def summary_lines(run: Any) -> list[str]:
     """A plain-text report of a :class:`rtgraph.cluster_api.ClusterRun`."""
     compiled, result = run.program, run.result
+    figures = device_figures(result)
     lines = [
         f"program {compiled.name} on cluster {compiled.cluster.name}: {compiled.devices} "
         f"device(s), {compiled.parallelism}; makespan {result.makespan_us:,.3f} µs, "
-        f"bubble {bubble_fraction(result):.1%}",
+        f"bubble {bubble_fraction(result, figures):.1%}",
         "",
         f"{'rank':>4} {'busy µs':>12} {'cube':>7} {'vector':>7} {'link':>7} {'tasks':>6} "
         f"{'transfers':>9} {'memory peak':>14}",
     ]
-    for f in device_figures(result):
+    for f in figures:
         u = f.utilization
         lines.append(
             f"{f.rank:>4} {f.busy_us:>12,.3f} {u.get('cube', 0):>7.1%} {u.get('vector', 0):>7.1%}"
