@@ -33,7 +33,6 @@ from rtgraph.errors import UsageError
 from rtgraph.ir.data import check_seed, generate
 from rtgraph.ir.graph import Program
 from rtgraph.ir.reference import reference
-from rtgraph.stream_program.transfers import check_transfers
 
 #: The cluster a program runs on when none is named.
 DEFAULT_CLUSTER = "toy"
@@ -142,7 +141,7 @@ def run_cluster(
     ``params`` where given, else made from ``seed`` as the reference interpreter makes them;
     with ``numerics``, gather the outputs and check them against the reference."""
     seed = check_seed(seed)
-    check_transfers(compiled.programs)  # programs changed since compiling: refused, located
+    compiled.check_transfers()  # programs replaced since compiling: refused, located
     whole = compiled.whole
     given_inputs, given_params = dict(inputs or {}), dict(params or {})
     inputs = {

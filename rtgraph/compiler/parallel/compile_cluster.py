@@ -46,10 +46,23 @@ class ClusterProgram:
     meta: dict[str, Any] = field(default_factory=dict)
     #: The params cut over the ranks (tensor parallelism); any other is whole on each rank.
     params: dict[str, HostLayout] = field(default_factory=dict)
+    #: The program objects :meth:`check_transfers` last passed.
+    checked: tuple[StreamProgram, ...] = field(default=(), repr=False, compare=False)
 
     @property
     def devices(self) -> int:
         return len(self.programs)
+
+    def check_transfers(self) -> None:
+        """:func:`~rtgraph.stream_program.transfers.check_transfers` over the ranks' programs —
+        once for these very objects: a program replaced since (edited, loaded) is checked
+        again before it runs."""
+        if len(self.checked) == len(self.programs) and all(
+            a is b for a, b in zip(self.checked, self.programs, strict=True)
+        ):
+            return
+        check_transfers(self.programs)
+        self.checked = tuple(self.programs)
 
 
 def compile_cluster(
@@ -117,8 +130,7 @@ def compile_cluster(
         parallelism = "placement" if n > 1 else "one device"
     spec = cluster.device_spec
     programs = [compile_program(p, spec, options) for p in ranks]
-    check_transfers(programs)
-    return ClusterProgram(
+    compiled = ClusterProgram(
         name=whole.name,
         cluster=cluster,
         whole=whole,
@@ -130,6 +142,8 @@ def compile_cluster(
         meta=meta,
         params=params,
     )
+    compiled.check_transfers()
+    return compiled
 
 
 def _holding(ranks: list[Program], name: str, outputs: bool = False) -> tuple[int, ...]:
