@@ -156,6 +156,19 @@ def test_only_plotting_code_imports_matplotlib() -> None:
     assert sorted(m for m in drawing if not m.startswith(PLOTTING)) == []
 
 
+def test_starting_the_cli_or_a_sweep_worker_does_not_load_matplotlib() -> None:
+    """matplotlib costs ~0.45 s to import: every CLI command and every sweep worker would pay it
+    at start-up, though only the commands that draw need it (they load it when they draw)."""
+    probe = (
+        "import sys, rtgraph.cli, rtgraph.sweep.evaluate; "
+        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'matplotlib'))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT, check=True
+    )
+    assert done.stdout.strip() == "[]"
+
+
 def test_pyproject_lists_every_package() -> None:
     """setuptools installs the packages pyproject names (one of them, the grammar, lives at the
     repository's top level), so a new package must be added there."""

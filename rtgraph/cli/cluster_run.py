@@ -14,7 +14,6 @@ from rtgraph.errors import UsageError
 from rtgraph.files import write_atomic
 from rtgraph.ir.data import check_seed
 from rtgraph.reports.cluster_summary import bubble_fraction, device_figures, summary_lines
-from rtgraph.reports.cluster_timeline import write_cluster_timeline
 from rtgraph.reports.cluster_trace import write_cluster_trace
 
 #: ``run`` flags a cluster run does not take (yet), with why.
@@ -56,6 +55,9 @@ def cmd_run_cluster(args: argparse.Namespace) -> int:
     if args.trace:
         write_cluster_trace(args.trace, run.result)
     if args.timeline:
+        # matplotlib: loaded only when a picture is asked for
+        from rtgraph.reports.cluster_timeline import write_cluster_timeline
+
         write_cluster_timeline(args.timeline, run.result)
     if args.json:
         figures = device_figures(run.result)

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import multiprocessing
 import os
 import threading
 from collections.abc import Callable, Sequence
@@ -89,9 +90,7 @@ def _run_on_dask(missing, cached, cache, workers, scheduler, progress, evaluate)
         cluster, client = None, _connect(Client, scheduler)
         engine = scheduler
     else:
-        # The workers' statistical profiler samples the running thread every 10 ms: pure-Python
-        # points pay for it, and a sweep never shows the profile. Nannies pass this on.
-        with dask.config.set({"distributed.worker.profile.enabled": False}):
+        with dask.config.set(_LOCAL_WORKERS):
             cluster = _local_cluster(LocalCluster, workers, dashboard)
         client, engine = Client(cluster), "local cluster"
     try:
@@ -120,6 +119,23 @@ def _run_on_dask(missing, cached, cache, workers, scheduler, progress, evaluate)
         client.close()
         if cluster is not None:
             cluster.close()
+
+
+#: How rtgraph's own local cluster runs its workers (a cluster at --scheduler is its owner's):
+#:
+#: * forked where the platform can, not spawned: a forked worker starts in ~0.2 s with this
+#:   process's rtgraph already imported — exactly the client's code — where a spawned one
+#:   imports Dask and rtgraph again (~1.4 s on a quiet 2-core machine, several seconds on a
+#:   loaded one: a tenth of a 200-point sweep's parallel time). The nanny forks from its event
+#:   loop while the main thread waits on it holding no lock;
+#: * with the statistical profiler off: it samples the running thread every 10 ms, pure-Python
+#:   points pay for it, and a sweep never shows the profile. Nannies pass both on.
+_LOCAL_WORKERS = {
+    "distributed.worker.profile.enabled": False,
+    "distributed.worker.multiprocessing-method": (
+        "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
+    ),
+}
 
 
 def _local_cluster(cluster_type, workers: int | None, dashboard: bool):
