@@ -5,7 +5,7 @@ Source → AST → IR (:mod:`rtgraph.ir`) → task DAG (:mod:`rtgraph.compiler.t
 results → reports. The functions below run one stage each; see :mod:`rtgraph.api`.
 """
 
-from rtgraph.api import compare, compile, device, load, parse, reference, run
+from rtgraph.api import compare, compile, compile_gears, device, load, parse, reference, run
 from rtgraph.errors import RtgError, RtgErrors
 from rtgraph.ir import Program, evaluate, format_program
 from rtgraph.stream_program import StreamProgram
@@ -20,6 +20,7 @@ __all__ = [
     "__version__",
     "compare",
     "compile",
+    "compile_gears",
     "device",
     "evaluate",
     "format_program",

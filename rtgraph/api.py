@@ -25,10 +25,12 @@ from rtgraph.compiler.scheduling.policies import StreamPolicy
 from rtgraph.device import check_compatibility, load_device, load_named_device
 from rtgraph.device.spec import DeviceSpec
 from rtgraph.errors import UsageError
+from rtgraph.frontend.gears import gear_combinations
 from rtgraph.frontend.onnx_import import load_onnx
 from rtgraph.ir.graph import Program
 from rtgraph.ir.reference import Reference
 from rtgraph.ir.reference import reference as _reference
+from rtgraph.stream_program.gears import GearedProgram
 from rtgraph.stream_program.program import StreamProgram
 
 #: The device a program that names none runs on.
@@ -134,6 +136,34 @@ def compile(
         )
     spec = device_for(device, program.device)
     return compile_program(program, spec, options)
+
+
+def compile_gears(
+    program: Program,
+    *,
+    device: str | DeviceSpec | None = None,
+    options: CompileOptions | None = None,
+) -> GearedProgram:
+    """Compile a program with dynamic parameters (``B: dyn {1, 2, 4}``) once for every gear
+    combination into one :class:`~rtgraph.stream_program.gears.GearedProgram`; a run picks a
+    gear with :meth:`~rtgraph.stream_program.gears.GearedProgram.select`. Each gear's program
+    is the one :func:`compile` gives at those values (the other parameters as ``program`` was
+    bound). Raises :class:`~rtgraph.errors.UsageError` for a program without gears."""
+    if not program.gears:
+        raise UsageError(
+            f"program '{program.name}' has no dynamic parameters to compile gears of",
+            hint="declare one as NAME: dyn {g1, g2, …}, or compile it with rtgraph.compile",
+        )
+    assert program.source is not None  # a checked .rtg program keeps its text
+    spec = device_for(device, program.device)
+    options = options or CompileOptions()
+    compiled = []
+    for values in gear_combinations(program.gears):
+        bound = parse(
+            program.source.text, program.source.name, {**program.params, **values}, device=spec
+        )
+        compiled.append((values, compile_program(bound, spec, options)))
+    return GearedProgram(program.name, dict(program.gears), tuple(compiled))
 
 
 def run(

@@ -18,7 +18,9 @@ from rtgraph.errors import RtgError, UsageError
 from rtgraph.ir.graph import Program
 from rtgraph.ir.interpreter import load_npz_for
 from rtgraph.ir.npz import load_npz
-from rtgraph.stream_program.loading import in_file, read_stream_program
+from rtgraph.stream_program.gears import GearedProgram
+from rtgraph.stream_program.loading import in_file
+from rtgraph.stream_program.loading import read_compiled as read_compiled_file
 from rtgraph.stream_program.program import StreamProgram
 
 #: What ``run`` says instead of the reference check when FILE is a compiled ``.json``.
@@ -81,8 +83,16 @@ def is_compiled(args: argparse.Namespace) -> bool:
 
 def read_compiled(args: argparse.Namespace) -> tuple[StreamProgram, object]:
     """A compiled ``.json``, checked, and the device (``--device``, else the one it names) it
-    fits; -D and compile options cannot apply to what is compiled (a usage error)."""
-    if args.define:
+    fits; compile options cannot apply to what is compiled (a usage error), nor -D, except to
+    choose a geared program's gear (its dynamic parameters: :mod:`rtgraph.stream_program.gears`).
+    """
+    found = read_compiled_file(args.file)
+    if isinstance(found, GearedProgram):
+        try:
+            found = found.select(parse_defines(args.define))
+        except RtgError as e:
+            raise in_file(args.file, e) from None
+    elif args.define:
         raise UsageError(
             f"-D {args.define[0]}: a compiled stream program has no parameters to set",
             hint=f"set them when compiling: rtgraph compile PROGRAM.rtg -D … -o {args.file}",
@@ -93,7 +103,7 @@ def read_compiled(args: argparse.Namespace) -> tuple[StreamProgram, object]:
             f"{given[0]} cannot apply to {args.file}: a stream program is compiled already",
             hint=f"recompile the .rtg program with {given[0]}, or leave it out",
         )
-    compiled = read_stream_program(args.file)
+    compiled = found
     spec = api.device_for(args.device, compiled.device)
     try:
         check_against_device(compiled, spec)

@@ -27,6 +27,7 @@ from rtgraph.cli.arguments import (
 )
 from rtgraph.cli.cluster_run import bench_scaling, cmd_run_cluster
 from rtgraph.cli.completion import SCRIPTS
+from rtgraph.cli.gears import each_gear, geared_text, run_shapes, still_dynamic
 from rtgraph.cli.pages import is_sweep_folder, write_run_page, write_sweep_page
 from rtgraph.cli.parser import build_parser
 from rtgraph.compiler.memplan import greedy_by_size, plan, read_records_csv
@@ -106,6 +107,10 @@ def cmd_compile(args: argparse.Namespace) -> int:
         text = format_program(optimized_ir(program, bound, args.after)) + "\n"
         _write(args, text)
         return 0
+    dynamic = still_dynamic(args, program)
+    if dynamic is not None:
+        _write(args, geared_text(args, dynamic, device_spec(args, program, options), options))
+        return 0
     compiled = api.compile(program, device=device_spec(args, program, options), options=options)
     if args.emit == "listing":
         text = format_listing(compiled)
@@ -130,7 +135,10 @@ def _write(args: argparse.Namespace, text: str) -> None:
 def cmd_explain(args: argparse.Namespace) -> int:
     options = compile_options(args)
     program = load_program(args)
-    print(explain(program, options.for_device(device_spec(args, program, options))))
+    for values, bound in each_gear(args, program):  # the program itself when it has none
+        heading = ", ".join(f"{n}={v}" for n, v in values.items())
+        print(f"## gear {heading}\n" if heading else "", end="")
+        print(explain(bound, options.for_device(device_spec(args, bound, options))))
     return 0
 
 
@@ -156,6 +164,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         if getattr(args, flag, 1) != 1:
             raise UsageError(f"--{flag.replace('_', '-')} needs --cluster NAME")
     check_seed(args.seed)
+    if args.shapes:
+        return run_shapes(args)
     program, compiled, spec = compiled_program(args)
     if args.memory_snapshot and not (compiled.meta.get("alloc") or {}).get("kind"):
         raise UsageError(  # refused before the run, not after it

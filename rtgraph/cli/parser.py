@@ -136,6 +136,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--html", metavar="OUT.html", help="the run as a self-contained HTML page")
     p.add_argument("--advise", action="store_true", help="append the advisor's findings")
     p.add_argument(
+        "--shapes",
+        action="append",
+        metavar="NAME=V1,V2,…",
+        help="one run per value of a parameter (a geared program's gears, chosen without "
+        "compiling), a table row each; repeat for another parameter (every combination)",
+    )
+    p.add_argument(
         "--cluster",
         metavar="NAME|FILE.toml",
         help="run on a cluster (toy, toy-2x4, ascend-910b-x8 or a file): by the program's "

@@ -311,6 +311,16 @@ class ProgramParam:
     name: Ident
     default: Expr | None
     span: Span
+    #: ``dyn {g1, g2, …}``: the parameter's gears (None: a compile-time parameter)
+    gears: GearSet | None = None
+
+
+@dataclass(slots=True)
+class GearSet:
+    """The values ``{…}`` a dynamic parameter may take at run time."""
+
+    values: tuple[Expr, ...]
+    span: Span
 
 
 @dataclass(slots=True)

@@ -88,8 +88,13 @@ class AstBuilder:
         return ast.ProgramDef(self.ident(c[1]), params, c[-1].stmts, self.span(c))
 
     def prog_param(self, c: list) -> ast.ProgramParam:
-        default = c[2] if len(c) > 2 else None
-        return ast.ProgramParam(self.ident(c[0]), default, self.span(c))
+        gears = next((n for n in c if isinstance(n, ast.GearSet)), None)
+        equals = len(c) >= 3 and type(c[-2]) is tuple and c[-2][1] == "="
+        default = c[-1] if equals else None
+        return ast.ProgramParam(self.ident(c[0]), default, self.span(c), gears)
+
+    def gear_set(self, c: list) -> ast.GearSet:
+        return ast.GearSet(tuple(_nodes(c)), self.span(c))
 
     def block(self, c: list) -> _Block:
         return _Block(tuple(_nodes(c)), self.span(c))

@@ -28,7 +28,8 @@ from rtgraph.frontend.functions import (
     literal,
 )
 from rtgraph.frontend.fusion import FusionChecker
-from rtgraph.frontend.parser import INT_LIMIT
+from rtgraph.frontend.gears import check_total
+from rtgraph.frontend.params import bind_params
 from rtgraph.frontend.values import POISON, Bound, FnRef, Scope, Value, describe
 from rtgraph.ir.graph import OpNode, Program, Tensor
 from rtgraph.ops import language_op
@@ -70,6 +71,7 @@ class Checker(FusionChecker):
         self.streams: list[str] = []
         self.events: list[str] = []
         self.priorities: dict[str, int] = {}
+        self.gears: dict[str, tuple[int, ...]] = {}  # each dynamic parameter's gears
         self.outputs: list[str] = []
         self.recorded: set[str] = set()
         self.copied: dict[tuple[str, str], Span] = {}  # placed host copies, where written
@@ -93,7 +95,8 @@ class Checker(FusionChecker):
                 span = Span(self.module.source, 1, 1, 1, 2)
                 self.error("no program in this file", span, hint="add `program name() { ... }`")
             else:
-                values = self.bind_params(program, params or {})
+                values = bind_params(self, program, params or {})
+                check_total(self.gears, program.name.span, self.error)
                 self.run_block(program.body)
                 self.check_host_copies()
                 self.check_uncalled_functions()
@@ -116,6 +119,7 @@ class Checker(FusionChecker):
             streams=self.streams,
             events=self.events,
             stream_priorities=self.priorities,
+            gears=self.gears,
             source=self.module.source,
         )
 
@@ -174,48 +178,6 @@ class Checker(FusionChecker):
         self.recursive = find_recursion(fns, self.diagnostics)
         self.costs = call_costs(fns, self.recursive)
         return device, program
-
-    def bind_params(self, program: ast.ProgramDef, given: Mapping[str, int]) -> dict[str, int]:
-        """Compile-time parameters: the given values, else the defaults (in order)."""
-        declared = [p.name.name for p in program.params]
-        for name in given:
-            if name not in declared:
-                hint = did_you_mean(name, declared) or (
-                    f"its parameters are: {', '.join(declared)}" if declared else "it has none"
-                )
-                self.error(
-                    f"parameter '{name}' is not declared by program '{program.name.name}'",
-                    program.name.span,
-                    hint=hint,
-                )
-        values: dict[str, int] = {}
-        for p in program.params:
-            name = p.name.name
-            if self.program_scope.lookup(name) is not None:
-                self.rebound(p.name)
-                continue
-            value: int | None = None
-            if name in given:
-                value = consteval.as_int(given[name])
-                if value is None or abs(value) > INT_LIMIT:
-                    self.error(
-                        f"parameter '{name}' must be an integer, got {given[name]!r}",
-                        p.name.span,
-                    )
-                    value = None
-            elif p.default is not None:
-                value = self.compile_time_int(p.default, f"the default of parameter '{name}'")
-            else:
-                self.error(
-                    f"parameter '{name}' has no default and no value was given",
-                    p.name.span,
-                    hint=f"give it a default ({name} = ...) or a value (-D {name}=...)",
-                )
-            bound = POISON if value is None else value
-            self.program_scope.names[name] = Bound(bound, "const", p.name.span)
-            if value is not None:
-                values[name] = value
-        return values
 
     # --- statements ------------------------------------------------------------------------
     def run_block(self, body: tuple[ast.Stmt, ...]) -> None:

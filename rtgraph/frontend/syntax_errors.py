@@ -143,7 +143,7 @@ def _accepted(e: UnexpectedToken) -> set[str]:
 _KEYWORDS = {
     "INPUT", "PARAM", "CONST", "BUFFER", "OUTPUT", "STREAM", "EVENT", "ON", "RECORD", "WAIT",
     "BARRIER", "SYNC", "CALLBACK", "FOR", "RETURN", "DEVICE", "FN", "PROGRAM", "AFTER",
-    "BLOCKING", "IN", "FUSED",
+    "BLOCKING", "IN", "FUSED", "DYN",
 }  # fmt: skip
 
 
@@ -162,6 +162,13 @@ def _syntax_hint(tok: Token, expected: set[str], source: Source) -> str | None:
         before = text[text.rfind("\n", 0, tok.start_pos) + 1 : tok.start_pos]
         if _IN_ANNOTATION.search(before):
             return "write the precision in parentheses: @precision(f32) (or f16, bf16, int8)"
+    if expected == {"LBRACE"} and tok.type != "$END" and tok.start_pos is not None:
+        before = source.text[: tok.start_pos].rstrip()
+        if before.endswith("dyn"):
+            return (
+                "a dynamic parameter lists its gears in braces: B: dyn {1, 2, 4, 8} (shape "
+                "ranges are not supported: list the sizes to compile)"
+            )
     if tok.type == "EQUAL" and expected == {"NAME"}:
         return "is the name before '=' a keyword? keywords cannot be used as names"
     if tok.type == "EQUAL" and "EQUAL" not in expected:

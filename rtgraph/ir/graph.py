@@ -173,6 +173,8 @@ class Program:
     events: list[str] = field(default_factory=list)
     stream_priorities: dict[str, int] = field(default_factory=dict)
     source: Source | None = None
+    #: each dynamic parameter's gears (``B: dyn {1, 2, 4}``; docs/dynamic-shapes.md)
+    gears: dict[str, tuple[int, ...]] = field(default_factory=dict)
 
     # --- views ---------------------------------------------------------------------------
     def op_nodes(self) -> list[OpNode]:

@@ -9,14 +9,20 @@ with the file's name: ``out.json: tasks[3].duration_us: must be finite and ≥ 0
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 from rtgraph.errors import RtgError, StreamProgramError
 from rtgraph.files import open_for_reading, read_at_most
+from rtgraph.stream_program.gears import SCHEMA as _GEARED_SCHEMA
+from rtgraph.stream_program.gears import GearedProgram, geared_from_dict, is_geared
 from rtgraph.stream_program.program import StreamProgram
-from rtgraph.stream_program.schema import MAX_PROGRAM_JSON_BYTES
+from rtgraph.stream_program.schema import MAX_PROGRAM_JSON_BYTES, check_depth
+
+_GEARED_MARK = f'"{_GEARED_SCHEMA}"'
 
 
 def in_file(path: str | os.PathLike[str], error: RtgError) -> RtgError:
@@ -28,6 +34,16 @@ def in_file(path: str | os.PathLike[str], error: RtgError) -> RtgError:
 def read_stream_program(path: str | os.PathLike[str]) -> StreamProgram:
     """The stream program in the JSON file at ``path``, refused with a located error when the
     file is unreadable, too large, not JSON or not a valid stream program."""
+    return _read(path, geared=False)
+
+
+def read_compiled(path: str | os.PathLike[str]) -> StreamProgram | GearedProgram:
+    """The stream program, or the geared program (:mod:`.gears`), in the JSON file at
+    ``path``: read and checked as :func:`read_stream_program` reads one."""
+    return _read(path, geared=True)
+
+
+def _read(path: str | os.PathLike[str], *, geared: bool) -> Any:
     shown = os.fspath(path)
     try:
         fd, info = open_for_reading(shown)
@@ -50,8 +66,15 @@ def read_stream_program(path: str | os.PathLike[str]) -> StreamProgram:
     except UnicodeDecodeError:
         raise StreamProgramError(f"{shown}: not UTF-8 text, so not a stream program") from None
     try:
+        if geared and _GEARED_MARK in text:  # a cheap test before parsing the JSON twice
+            document = json.loads(text)
+            if is_geared(document):
+                check_depth(document)
+                return geared_from_dict(document)
         return StreamProgram.from_json(text)
-    except StreamProgramError as e:
+    except (StreamProgramError, ValueError, RecursionError) as e:
+        if not isinstance(e, StreamProgramError):
+            e = StreamProgramError(f"not JSON: {e}")
         raise in_file(Path(shown), e) from None
 
 

@@ -1,0 +1,149 @@
+"""``rtgraph compile`` of a program with dynamic parameters: every gear in one artifact.
+
+A program declaring ``B: dyn {1, 2, 4}`` compiles (JSON or listing) into a geared program —
+one stream program per gear (:mod:`rtgraph.stream_program.gears`); ``rtgraph run OUT.json
+-D B=2`` runs the gear it names without compiling. A parameter fixed with ``-D`` is compiled at
+that value only; when every dynamic parameter is fixed the compile is a plain one.
+``rtgraph run FILE --shapes B=1,4,16`` runs several values and prints one row per run;
+``rtgraph explain`` explains each gear.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import itertools
+import json
+
+from rtgraph import api
+from rtgraph.cli.arguments import compile_options, is_compiled, parse_defines
+from rtgraph.compiler.options import CompileOptions
+from rtgraph.device.spec import DeviceSpec
+from rtgraph.errors import RtgError, UsageError
+from rtgraph.frontend.gears import gear_combinations
+from rtgraph.ir.graph import Program
+from rtgraph.stream_program.gears import GearedProgram
+from rtgraph.stream_program.listing import format_listing
+from rtgraph.stream_program.loading import in_file, read_compiled
+
+
+def still_dynamic(args: argparse.Namespace, program: Program) -> Program | None:
+    """``program`` with the gears of the dynamic parameters ``-D`` did not fix, or None when
+    none is left (or the output is not one a geared program has)."""
+    fixed = parse_defines(args.define)
+    gears = {n: g for n, g in program.gears.items() if n not in fixed}
+    if not gears or args.emit not in ("json", "listing"):
+        return None
+    return dataclasses.replace(program, gears=gears)
+
+
+def each_gear(args: argparse.Namespace, program: Program) -> list[tuple[dict[str, int], Program]]:
+    """``program`` bound at each combination of the gears ``-D`` did not fix (``rtgraph
+    explain`` shows each gear's choices), or just ``program`` (no values) when none is left."""
+    fixed = parse_defines(args.define)
+    gears = {n: g for n, g in program.gears.items() if n not in fixed}
+    if not gears:
+        return [({}, program)]
+    return [
+        (values, api.load(args.file, {**fixed, **values}, device=args.device))
+        for values in gear_combinations(gears)
+    ]
+
+
+def geared_text(
+    args: argparse.Namespace, program: Program, spec: DeviceSpec, options: CompileOptions
+) -> str:
+    """The geared program as JSON, or each gear's listing under a heading."""
+    geared = api.compile_gears(program, device=spec, options=options)
+    if args.emit == "json":
+        return json.dumps(geared.to_dict(), indent=1)
+    parts = []
+    for values, compiled in geared.programs:
+        shown = ", ".join(f"{n}={v}" for n, v in values.items())
+        parts.append(f"## gear {shown}\n\n{format_listing(compiled)}")
+    return "\n".join(parts)
+
+
+def parse_shapes(given: list[str]) -> dict[str, list[int]]:
+    """``--shapes B=1,4,16`` (repeatable): each parameter's values, in order."""
+    shapes: dict[str, list[int]] = {}
+    for item in given:
+        name, _, values = item.partition("=")
+        try:
+            numbers = [int(v.replace("_", "")) for v in values.split(",")]
+        except ValueError:
+            numbers = []
+        if not name.isidentifier() or not numbers or name in shapes:
+            raise UsageError(
+                f"--shapes {item}: expected NAME=V1,V2,… (integers), each name once",
+                hint="e.g. --shapes B=1,4,16 (repeat the flag for another parameter)",
+            )
+        shapes[name] = numbers
+    return shapes
+
+
+def run_shapes(args: argparse.Namespace) -> int:
+    """``rtgraph run FILE --shapes B=1,4,16``: one run per value (every combination of the
+    parameters given), one table row each — a geared program's gears, chosen without
+    compiling, or a .rtg program compiled at each value."""
+    if args.check not in (None, "full"):
+        raise UsageError(
+            "--shapes checks every output element (--check full) or, with --timing-only, nothing"
+        )
+    shapes = parse_shapes(args.shapes)
+    fixed = parse_defines(args.define)
+    names = list(shapes)
+    geared = _geared(args.file) if is_compiled(args) else None
+    rows = []
+    for values in itertools.product(*shapes.values()):
+        chosen = {**fixed, **dict(zip(names, values, strict=True))}
+        rows.append([*values, *_run_one(args, geared, chosen)])
+    header = [*names, "tasks", "makespan µs", "memory peak B", "max rel error"]
+    table = [header, *[[_cell(c) for c in row] for row in rows]]
+    widths = [max(len(r[i]) for r in table) for i in range(len(header))]
+    for row in table:
+        print("  ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
+def _geared(path: str) -> GearedProgram:
+    found = read_compiled(path)
+    if not isinstance(found, GearedProgram):
+        raise UsageError(
+            f"--shapes: {path} is compiled for one shape",
+            hint="compile a program with dynamic parameters (B: dyn {…}), or run the .rtg",
+        )
+    return found
+
+
+def _run_one(
+    args: argparse.Namespace, geared: GearedProgram | None, values: dict[str, int]
+) -> list[object]:
+    """Tasks, makespan, memory peak and the error against the reference (None: not checked)
+    of one run at ``values``: ``geared``'s gear, else the .rtg compiled at them."""
+    numerics = not args.timing_only
+    if geared is not None:
+        try:
+            compiled = geared.select(values)
+        except RtgError as e:
+            raise in_file(args.file, e) from None
+        result = api.run(compiled, device=args.device, numerics=numerics, seed=args.seed)
+        return [len(compiled.tasks), result.makespan_us, result.memory_peak_bytes, None]
+    options = compile_options(args)
+    program = api.load(args.file, values, device=args.device)
+    spec = options.for_device(api.device_for(args.device, program.device)).target
+    compiled = api.compile(program, device=spec, options=options)
+    result = api.run(compiled, device=spec, numerics=numerics, seed=args.seed)
+    error = None
+    if numerics:
+        report = api.compare(result.outputs, api.reference(program, seed=args.seed))
+        error = max((r["max_rel"] for r in report.values()), default=0.0)
+    return [len(compiled.tasks), result.makespan_us, result.memory_peak_bytes, error]
+
+
+def _cell(value: object) -> str:
+    if value is None:
+        return "—"
+    if isinstance(value, float):
+        return f"{value:,.3f}" if value >= 1 or value == 0 else f"{value:.2e}"
+    return f"{value:,}" if isinstance(value, int) else str(value)

@@ -1,0 +1,139 @@
+"""A program compiled once for every gear of its dynamic parameters, and the run's choice.
+
+``program p(B: dyn {1, 2, 4, 8} = 1)`` compiles (:func:`rtgraph.api.compile_gears`) into one
+:class:`GearedProgram`: a complete stream program per gear combination — its own tiling
+choices, streams, events and memory plan, exactly what a static compile at those values
+gives — and the run picks one by the values it is given (:meth:`GearedProgram.select`), as
+Ascend's ATC builds one model for ``--dynamic_batch_size`` and the runtime chooses the gear
+per execution. Nothing is compiled at run time; a value that is not a gear is refused.
+
+The JSON form (``rtgraph compile`` of such a program) is one object::
+
+    {"schema": "rtgraph.geared-program", "version": 1, "name": …,
+     "gears": {"B": [1, 2, 4, 8]},
+     "programs": [{"values": {"B": 1}, "program": {…a stream program…}}, …]}
+
+each ``program`` checked field by field as a stream program file is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rtgraph.errors import InputError, StreamProgramError
+from rtgraph.stream_program.program import StreamProgram, from_dict, to_dict
+
+SCHEMA = "rtgraph.geared-program"
+VERSION = 1
+
+
+@dataclass(frozen=True)
+class GearedProgram:
+    """One stream program per gear combination of a program's dynamic parameters."""
+
+    name: str
+    gears: dict[str, tuple[int, ...]]
+    programs: tuple[tuple[dict[str, int], StreamProgram], ...]
+
+    @property
+    def device(self) -> str:
+        return self.programs[0][1].device
+
+    def select(self, values: Mapping[str, int]) -> StreamProgram:
+        """The program compiled for ``values`` (every dynamic parameter given; values for a
+        gear the set lacks are refused, naming the gears)."""
+        unknown = sorted(set(values) - set(self.gears))
+        if unknown:
+            raise InputError(
+                f"-D {unknown[0]}: '{self.name}' has no dynamic parameter '{unknown[0]}'",
+                hint=f"its dynamic parameters are: {', '.join(self.gears)}; the others were "
+                "fixed when it was compiled",
+            )
+        missing = [n for n in self.gears if n not in values]
+        if missing:
+            choices = ", ".join(str(g) for g in self.gears[missing[0]])
+            raise InputError(
+                f"'{self.name}' was compiled for several values of {missing[0]}: choose one",
+                hint=f"-D {missing[0]}=… with one of its gears: {choices}",
+            )
+        for name, value in values.items():
+            if value not in self.gears[name]:
+                choices = ", ".join(str(g) for g in self.gears[name])
+                raise InputError(
+                    f"-D {name}={value}: not a gear of '{self.name}' (gears: {choices})",
+                    hint="pad to the next gear, or recompile with the value added to the set",
+                )
+        wanted = dict(values)
+        return next(p for v, p in self.programs if v == wanted)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": SCHEMA,
+            "version": VERSION,
+            "name": self.name,
+            "gears": {n: list(g) for n, g in self.gears.items()},
+            "programs": [{"values": v, "program": to_dict(p)} for v, p in self.programs],
+        }
+
+
+def is_geared(data: Any) -> bool:
+    """Whether a JSON document is a geared program (else it should be a stream program)."""
+    return isinstance(data, dict) and data.get("schema") == SCHEMA
+
+
+def geared_from_dict(data: dict[str, Any]) -> GearedProgram:
+    """Build a geared program from its JSON data, every part checked (a bad field is a
+    :class:`~rtgraph.errors.StreamProgramError` naming its JSON path)."""
+    if data.get("version") != VERSION:
+        raise StreamProgramError(
+            f"geared program version {data.get('version')!r} is not supported",
+            hint=f"this rtgraph reads version {VERSION}; recompile the program",
+        )
+    name, gears, entries = data.get("name"), data.get("gears"), data.get("programs")
+    if not isinstance(name, str):
+        raise StreamProgramError("name: must be a string")
+    if (
+        not isinstance(gears, dict)
+        or not gears
+        or not all(
+            isinstance(v, list) and v and all(type(g) is int and g >= 1 for g in v)
+            for v in gears.values()
+        )
+    ):
+        raise StreamProgramError("gears: must map each dynamic parameter to sizes ≥ 1")
+    table = {str(n): tuple(v) for n, v in gears.items()}
+    if not isinstance(entries, list) or not entries:
+        raise StreamProgramError("programs: must be a non-empty list")
+    programs, seen = [], set()
+    for i, entry in enumerate(entries):
+        values = entry.get("values") if isinstance(entry, dict) else None
+        if (
+            not isinstance(values, dict)
+            or set(values) != set(table)
+            or any(values[n] not in table[n] for n in table)
+        ):
+            raise StreamProgramError(
+                f"programs[{i}].values: must give a gear of each of {', '.join(table)}"
+            )
+        key = tuple(values[n] for n in table)
+        if key in seen:
+            raise StreamProgramError(f"programs[{i}].values: {values} appears twice")
+        seen.add(key)
+        try:
+            program = from_dict(entry.get("program"))
+        except StreamProgramError as e:
+            raise StreamProgramError(
+                f"programs[{i}].program: {e.message}", e.span, e.hint
+            ) from None
+        programs.append(({n: values[n] for n in table}, program))
+    expected = 1
+    for values in table.values():
+        expected *= len(values)
+    if len(programs) != expected:
+        raise StreamProgramError(
+            f"programs: {len(programs)} for {expected} gear combinations",
+            hint="every combination of the gears has its program",
+        )
+    return GearedProgram(name, table, tuple(programs))
