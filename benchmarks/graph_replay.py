@@ -14,6 +14,12 @@ decode loop that keeps its tokens on the device does). Prints, per device and mo
 step, host submission time per step (ioctls or graph launches), makespan per step, and whether
 the final hidden state equals the eager one bit for bit.
 
+The ``rtg`` rows run the same step written in the language, models/llm_decode_loop.rtg
+(``graph step { … }`` replayed, or with ``eager = 1`` the same replays as ordinary work) at the
+same sizes, compiled with the default options. That program's loop differs in one way: the
+host waits for each token (a ``sync`` per step), so a step's makespan includes its first
+submission and the sync's return.
+
 Usage: python benchmarks/graph_replay.py [--steps 64] [--layers 2] [--dim 64]
 """
 
@@ -28,6 +34,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+import rtgraph  # noqa: E402
 from rtgraph import runtime as rt  # noqa: E402
 from rtgraph.runtime import ops  # noqa: E402
 
@@ -109,24 +116,40 @@ def run(device: str, mode: str, steps: int, layers: int, dim: int) -> tuple:
     return tasks, host / steps, (end - t0) / steps, x
 
 
+def run_rtg(device: str, mode: str, steps: int, layers: int, dim: int) -> tuple:
+    """models/llm_decode_loop.rtg at the benchmark's sizes: the same figures as :func:`run`."""
+    sizes = {"L": layers, "D": dim, "H": 4, "T": 4 * dim, "F": 2 * dim, "V": 4 * dim}
+    program = rtgraph.load(
+        ROOT / "models" / "llm_decode_loop.rtg",
+        {**sizes, "STEPS": steps, "EAGER": int(mode == "eager")},
+        device=device,
+    )
+    result = rtgraph.run(rtgraph.compile(program, device=device), device=device, seed=0)
+    kernels = sum(t.op not in ("h2d", "d2h") for t in result.stream_program.tasks)
+    host = sum(a.end - a.start for a in result.host_activities if a.kind in HOST_KINDS)
+    (out,) = result.outputs.values()
+    return kernels // steps, host / steps, result.makespan_us / steps, out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=64)
     parser.add_argument("--layers", type=int, default=2)
     parser.add_argument("--dim", type=int, default=64)
     args = parser.parse_args()
-    head = f"{'device':<12} {'mode':<7} {'tasks/step':>10} {'host µs/step':>13} "
+    head = f"{'device':<12} {'mode':<11} {'tasks/step':>10} {'host µs/step':>13} "
     print(head + f"{'makespan µs/step':>17} {'host ×':>7} {'bit-equal':>9}")
     for device in DEVICES:
-        eager = run(device, "eager", args.steps, args.layers, args.dim)
-        replay = run(device, "replay", args.steps, args.layers, args.dim)
-        same = np.array_equal(eager[3], replay[3])
-        for mode, (tasks, host, span, _) in (("eager", eager), ("replay", replay)):
-            ratio = eager[1] / host if host else float("inf")
-            print(
-                f"{device:<12} {mode:<7} {tasks:>10} {host:>13.2f} {span:>17.2f} "
-                f"{ratio:>7.1f} {str(same) if mode == 'replay' else '':>9}"
-            )
+        for form, runner in (("", run), ("rtg ", run_rtg)):
+            eager = runner(device, "eager", args.steps, args.layers, args.dim)
+            replay = runner(device, "replay", args.steps, args.layers, args.dim)
+            same = np.array_equal(eager[3], replay[3])
+            for mode, (tasks, host, span, _) in (("eager", eager), ("replay", replay)):
+                ratio = eager[1] / host if host else float("inf")
+                print(
+                    f"{device:<12} {form + mode:<11} {tasks:>10} {host:>13.2f} {span:>17.2f} "
+                    f"{ratio:>7.1f} {str(same) if mode == 'replay' else '':>9}"
+                )
 
 
 if __name__ == "__main__":

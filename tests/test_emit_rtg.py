@@ -53,6 +53,17 @@ SMALL = {
     "transformer_block": {"S": 64, "D": 128, "H": 4},
     "bert_encoder": {"S": 64, "D": 128, "H": 4, "F": 512},
     "llm_decode": {"D": 128, "H": 4},
+    # --emit rtg prints replays as eager work: the eager program is the one that round-trips
+    "llm_decode_loop": {
+        "L": 2,
+        "D": 128,
+        "H": 4,
+        "T": 32,
+        "F": 256,
+        "V": 512,
+        "STEPS": 4,
+        "EAGER": 1,
+    },
     "mlp": {"B": 64, "D": 128, "F": 256},
     "unet_block": {"C": 32, "HW": 16},
     "resnet_bn": {"C": 32, "HW": 16},

@@ -25,6 +25,7 @@ SMALL: dict[str, dict[str, int]] = {
     "attention": {"S": 32, "D": 192, "H": 12},
     "transformer_block": {"S": 32, "D": 192, "H": 12, "F": 768},
     "llm_decode": {"L": 2, "D": 128, "H": 4, "T": 32, "F": 256, "V": 512},
+    "llm_decode_loop": {"L": 2, "D": 128, "H": 4, "T": 32, "F": 256, "V": 512, "STEPS": 4},
     "llm_prefill": {"B": 2, "S": 16, "T": 16, "L": 2, "D": 128, "H": 4, "F": 256, "V": 512},
     "resnet_bottleneck": {"N": 1, "C": 64, "M": 16, "HW": 8},
     "unet_block": {"N": 1, "C": 64, "HW": 4, "T": 32, "groups": 8, "heads": 4},

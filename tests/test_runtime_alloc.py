@@ -17,6 +17,7 @@ SMALL = {
     "attention_naive": {"S": 64, "D": 128, "H": 4},
     "transformer_naive": {"S": 64, "D": 128, "H": 4, "F": 512},
     "bert_encoder": {"S": 64, "D": 128, "H": 4, "F": 512},
+    "llm_decode_loop": {"L": 2, "D": 128, "H": 4, "T": 32, "F": 256, "V": 512, "STEPS": 4},
 }
 
 

@@ -26,6 +26,7 @@ from rtgraph.compiler.passes.lower import lower
 from rtgraph.compiler.passes.memory_plans import AFTER_STREAMS
 from rtgraph.compiler.passes.order_submissions import order_submissions
 from rtgraph.compiler.passes.plan_memory import plan_memory, plan_provisional_memory
+from rtgraph.compiler.replays import mark_replays, replays_of
 from rtgraph.compiler.taskgraph import TaskGraph
 from rtgraph.device.spec import DeviceSpec
 from rtgraph.ir.graph import Program
@@ -99,7 +100,7 @@ def compile_program(
             graph = pass_(graph, bound)
             if bound.check and isinstance(graph, TaskGraph):
                 check_graph(graph, after=pass_.__name__)
-        return graph
+        return mark_replays(graph, replays_of(program))  # `replay step N`: graph launches
     finally:
         if enabled:
             gc.enable()

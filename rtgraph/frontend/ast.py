@@ -276,6 +276,25 @@ class Return:
     span: Span
 
 
+@dataclass(slots=True)
+class GraphDef:
+    """``graph step { … }``: work captured once, run by each ``replay step N`` (not here)."""
+
+    name: Ident
+    body: tuple[Stmt, ...]
+    span: Span
+
+
+@dataclass(slots=True)
+class Replay:
+    """``replay step N`` (``, eager = E``): graph ``step`` run N times, one launch each."""
+
+    graph: Ident
+    count: Expr
+    options: tuple[Keyword, ...]
+    span: Span
+
+
 Stmt = (
     InputDecl
     | ParamDecl
@@ -294,6 +313,8 @@ Stmt = (
     | Callback
     | ForLoop
     | Return
+    | GraphDef
+    | Replay
 )
 
 

@@ -180,6 +180,13 @@ class AstBuilder:
     def return_stmt(self, c: list) -> ast.Return:
         return ast.Return(c[1], self.span(c))
 
+    def graph_def(self, c: list) -> ast.GraphDef:
+        return ast.GraphDef(self.ident(c[1]), c[2].stmts, self.span(c))
+
+    def replay(self, c: list) -> ast.Replay:
+        options = tuple(n for n in c[3:] if isinstance(n, ast.Keyword))
+        return ast.Replay(self.ident(c[1]), c[2], options, self.span(c))
+
     # --- expressions -----------------------------------------------------------------------
     def name(self, c: list) -> ast.Name:
         tok = c[0]

@@ -27,8 +27,8 @@ from rtgraph.frontend.functions import (
     find_recursion,
     literal,
 )
-from rtgraph.frontend.fusion import FusionChecker
 from rtgraph.frontend.gears import check_total
+from rtgraph.frontend.graphs import GraphChecker
 from rtgraph.frontend.params import bind_params
 from rtgraph.frontend.values import POISON, Bound, FnRef, Scope, Value, describe
 from rtgraph.ir.graph import OpNode, Program, Tensor
@@ -52,7 +52,7 @@ PRECISIONS = ("f32", "f16", "bf16", "int8")
 _PRECISIONS_HINT = "@precision takes f32, f16, bf16 or int8 (int8: a matmul or conv2d)"
 
 
-class Checker(FusionChecker):
+class Checker(GraphChecker):
     """Checks one module and builds its program."""
 
     def __init__(self, module: ast.Module, device_capacity: int | None = None) -> None:
@@ -99,6 +99,7 @@ class Checker(FusionChecker):
                 check_total(self.gears, program.name.span, self.error)
                 self.run_block(program.body)
                 self.check_host_copies()
+                self.check_replayed()
                 self.check_uncalled_functions()
         except ProgramTooLarge as e:
             self.diagnostics.last(e.error)
@@ -120,6 +121,7 @@ class Checker(FusionChecker):
             events=self.events,
             stream_priorities=self.priorities,
             gears=self.gears,
+            graph_replays=tuple(self.graph_replays),
             source=self.module.source,
         )
 
@@ -532,6 +534,8 @@ _STATEMENTS = {
     ast.Callback: Checker.s_callback,
     ast.ForLoop: Checker.s_for,
     ast.Return: Checker.s_return,
+    ast.GraphDef: Checker.s_graph,
+    ast.Replay: Checker.s_replay,
 }
 
 
@@ -552,4 +556,5 @@ def check_module(
     errors: list[RtgError] | None = None,
 ) -> Program:
     """The checked program of ``module``; raises every error found (with ``errors`` given)."""
-    return Checker(module, device_capacity).check(params, errors or [])
+    checker = Checker(module, device_capacity)
+    return checker.check(params, errors or [])

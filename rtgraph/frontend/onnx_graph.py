@@ -16,7 +16,7 @@ from rtgraph.errors import Source, Span
 RESERVED = frozenset({
     "device", "fn", "program", "return", "input", "param", "const", "buffer", "at", "output",
     "stream", "event", "on", "record", "wait", "barrier", "sync", "callback", "after",
-    "blocking", "for", "in", "fused",
+    "blocking", "for", "in", "fused", "graph", "replay", "dyn",
 })  # fmt: skip
 #: ONNX element types rtgraph holds as tensors, by TensorProto data type number.
 TENSOR_DTYPES = {1: "f32", 10: "f16", 16: "bf16", 3: "i8", 6: "i32"}

@@ -30,6 +30,7 @@ _EXPRESSION_START = {"NAME", "INT", "HEX", "FLOAT", "STRING", "LPAR", "LSQB", "M
 _STATEMENT_START = {
     "INPUT", "PARAM", "CONST", "BUFFER", "OUTPUT", "STREAM", "EVENT", "ON",
     "RECORD", "WAIT", "BARRIER", "SYNC", "CALLBACK", "FOR", "RETURN", "DEVICE",
+    "GRAPH", "REPLAY",
 }  # fmt: skip
 _CONTINUATIONS = {"PLUS", "MINUS", "STAR", "SLASH", "PERCENT", "AT", "PIPE", "LPAR", "LSQB"}
 
@@ -143,7 +144,7 @@ def _accepted(e: UnexpectedToken) -> set[str]:
 _KEYWORDS = {
     "INPUT", "PARAM", "CONST", "BUFFER", "OUTPUT", "STREAM", "EVENT", "ON", "RECORD", "WAIT",
     "BARRIER", "SYNC", "CALLBACK", "FOR", "RETURN", "DEVICE", "FN", "PROGRAM", "AFTER",
-    "BLOCKING", "IN", "FUSED", "DYN",
+    "BLOCKING", "IN", "FUSED", "GRAPH", "REPLAY", "DYN",
 }  # fmt: skip
 
 

@@ -35,6 +35,10 @@ TensorKind = Literal["input", "param", "const", "value", "buffer", "token"]
 AllocHint = Literal["auto", "direct", "cached"]
 
 
+#: A graph replay of a program (see :attr:`Program.graph_replays`).
+Replay = tuple[str, int, frozenset[str], Span | None]
+
+
 @dataclass(frozen=True)
 class Tensor:
     """A named value of the program.
@@ -175,6 +179,9 @@ class Program:
     source: Source | None = None
     #: each dynamic parameter's gears (``B: dyn {1, 2, 4}``; docs/dynamic-shapes.md)
     gears: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    #: each ``replay step N`` unrolled into ``nodes``: (graph, replay index, the tensors its
+    #: ops made, the statement's span) — :mod:`rtgraph.compiler.replays` marks its launches
+    graph_replays: tuple[Replay, ...] = ()
 
     # --- views ---------------------------------------------------------------------------
     def op_nodes(self) -> list[OpNode]:
