@@ -9,12 +9,15 @@ gives; the timings themselves are benchmarks' business (``benchmarks/simulate_sp
 
 from __future__ import annotations
 
+import heapq
 import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import rtgraph
 from rtgraph.compiler.optimizer.pipeline import optimize
@@ -22,11 +25,14 @@ from rtgraph.compiler.optimizer.rewrite import mentioned, movable_ops, pinned, r
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.compiler.passes import plan_memory as plan_memory_module
 from rtgraph.compiler.passes.assign_streams import assign_streams
+from rtgraph.compiler.passes.event_ids import colour_events
 from rtgraph.compiler.passes.find_hazards import find_hazards
 from rtgraph.compiler.passes.lower import lower
 from rtgraph.compiler.passes.plan_memory import plan_memory, plan_provisional_memory, plan_with
-from rtgraph.compiler.taskgraph import Dag, DagTask, Hazard, build
-from rtgraph.stream_program.program import Operand, Task
+from rtgraph.compiler.scheduling.policies import Assignment
+from rtgraph.compiler.taskgraph import Dag, DagTask, Hazard, build, slotted_constructor
+from rtgraph.errors import UsageError
+from rtgraph.stream_program.program import Launch, Operand, Record, StreamInfo, Task, Wait
 
 MODELS = Path(__file__).resolve().parent.parent / "models"
 
@@ -160,3 +166,85 @@ def _count_uses(program) -> dict[str, int]:
     for name in mentioned(program):
         count[name] = count.get(name, 0) + 1
     return count
+
+
+def test_the_slotted_constructor_makes_what_the_constructor_makes():
+    # The barrier pass makes the stream program's tasks with it (18 slots, once per task).
+    values = {"id": 4, "name": "t", "op": "kernel", "unit": "cube", "inputs": (), "output": None}
+    values |= {"reads": ((0, 8),), "writes": ((8, 16),), "flops": 3, "bytes_read": 8}
+    values |= {"bytes_written": 8, "block_dim": 2, "attrs": {"k": 1}, "duration_us": 1.5}
+    values |= {"host": None, "deps": (1, 2), "span": None, "regions": ("a", "b")}
+    made, fast = Task(**values), slotted_constructor(Task)(*values.values())
+    assert fast == made and repr(fast) == repr(made)
+    with pytest.raises(AttributeError):
+        fast.id = 9  # still frozen
+    with pytest.raises(AssertionError):
+        slotted_constructor(Operand)  # not slotted: build() fills those
+
+
+def _colour_by_walking(commands, first_id):
+    """The colouring as first written, command by command: the specification of colour_ids."""
+    last_use = {}
+    for pos, c in enumerate(commands):
+        if isinstance(c, (Record, Wait)) and c.event >= first_id:
+            last_use[c.event] = pos
+    free, live, ids, out, next_id, peak = [], [], {}, [], first_id, 0
+    for pos, c in enumerate(commands):
+        while live and live[0][0] < pos:
+            heapq.heappush(free, heapq.heappop(live)[1])
+        if isinstance(c, Record) and c.event >= first_id:
+            ev = heapq.heappop(free) if free else next_id
+            next_id += ev == next_id
+            ids[c.event] = ev
+            heapq.heappush(live, (last_use[c.event], ev))
+            peak = max(peak, len(live))
+            c = Record(c.stream, ev)
+        elif isinstance(c, Wait) and c.event >= first_id:
+            c = Wait(c.stream, ids[c.event])
+        out.append(c)
+    return out, next_id, peak
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 5), st.integers(0, 3)), max_size=60))
+def test_colouring_on_integers_gives_what_the_command_walk_gives(steps):
+    # Random streams of launches, compiler records (each a fresh logical id), waits on a
+    # recorded id, and user events below first_id, which are left alone.
+    first_id, commands, recorded, task = 2, [], [], 0
+    for stream, action, pick in steps:
+        if action <= 1:
+            commands.append(Launch(stream, task))
+            task += 1
+        elif action <= 3:
+            recorded.append(first_id + 10 + len(recorded))
+            commands.append(Record(stream, recorded[-1]))
+        elif action == 4 and recorded:
+            commands.append(Wait(stream, recorded[pick % len(recorded)]))
+        else:
+            commands.append((Record if pick % 2 else Wait)(stream, pick % first_id))
+    assert colour_events(commands, first_id) == _colour_by_walking(commands, first_id)
+
+
+class _LateConsumer:
+    """A broken policy: submits one consumer before its producer. It notes the edge the
+    compiler should name: the first, in the DAG's edge order, that its order breaks."""
+
+    name = "late-consumer"
+    broken: tuple[int, int] | None = None
+
+    def assign(self, graph):
+        order = [i for i in graph.script if isinstance(i, int)]
+        src, dst = list(graph.dag.edges)[-1]
+        order.remove(dst)
+        order.insert(order.index(src), dst)
+        position = {t: k for k, t in enumerate(order)}
+        self.broken = next((s, d) for s, d in graph.dag.edges if position[s] > position[d])
+        return Assignment((StreamInfo(0, "s"),), {t.id: 0 for t in graph.tasks}, tuple(order))
+
+
+def test_a_policy_breaking_an_edge_is_told_which_edge():
+    policy = _LateConsumer()
+    with pytest.raises(UsageError, match="before task") as refused:
+        rtgraph.compile(rtgraph.load(MODELS / "transformer_block.rtg"), streams=policy)
+    src, dst = policy.broken
+    assert f"submits task {dst} before task {src}," in str(refused.value)

@@ -19,7 +19,7 @@ storages and views are shared, never copied), and the hazard pass adding its edg
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import MISSING, dataclass, field, fields
 from typing import Any, Literal, TypeVar
 
@@ -60,6 +60,25 @@ def build(cls: type[R], values: dict[str, Any]) -> R:
             state[name] = factory()
     state.update(values)
     return record
+
+
+def slotted_constructor(cls: type[R]) -> Callable[..., R]:
+    """A function making a frozen, slotted dataclass ``cls`` from all its field values given
+    positionally, in field order — the record :func:`build` cannot fill (no ``__dict__``).
+
+    A frozen dataclass's ``__init__`` sets each field through ``object.__setattr__``, the
+    generic path; this sets the slots through their descriptors directly, about twice as fast
+    for the stream program's task records (18 fields, one per task). The instance is the same:
+    equal, hashed, printed and frozen alike (``tests/test_compile_speed_passes.py``).
+    """
+    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
+    assert "__slots__" in cls.__dict__ and not hasattr(cls, "__post_init__"), cls
+    scope: dict[str, Any] = {"new": object.__new__, "cls": cls}
+    scope.update({f"set_{n}": cls.__dict__[n].__set__ for n in names})
+    body = "".join(f"    set_{n}(record, {n})\n" for n in names)
+    text = f"def make({', '.join(names)}):\n    record = new(cls)\n{body}    return record\n"
+    exec(text, scope)  # generated from the dataclass's own field names
+    return scope["make"]  # type: ignore[no-any-return]
 
 
 @dataclass(frozen=True)

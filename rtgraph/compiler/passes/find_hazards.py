@@ -55,11 +55,8 @@ def find_hazards(graph: TaskGraph, options: CompileOptions) -> TaskGraph:
     walk and the same bytes — a memory re-plan that moved nothing, as for programs without
     pooled tensors — they are kept as they are: the walk would find exactly them again.
     """
-    walk = tuple(
-        item
-        for item in (graph.order if graph.order is not None else graph.script)
-        if isinstance(item, int)
-    )
+    source = graph.order if graph.order is not None else graph.script
+    walk = tuple(source) if graph.order is not None else tuple(i for i in source if type(i) is int)
     assert graph.memory is not None, "plan_memory must run before"
     regions = graph.memory.regions
     basis = (walk, {name: (r.offset, r.size) for name, r in regions.items()})
@@ -68,21 +65,25 @@ def find_hazards(graph: TaskGraph, options: CompileOptions) -> TaskGraph:
     tasks = graph.tasks
     tracker = AccessTracker()
     hazards: list[Hazard] = []
+    append = hazards.append
     preds = graph.dag.pred
+    dag = graph.dag
+    counts = {k: 0 for k in ("RAW", "WAR", "WAW", "ORDER")}
+    new = object.__new__
     for t in walk:
         task = tasks[t]
         if task.reads or task.writes:
-            hazards.extend(_conflicts(tracker, task, tasks, graph))
+            for h in _conflicts(tracker, task, tasks, graph):
+                append(h)
+                counts[h.kind] += 1
+                if not dag.has_edge(h.src, h.dst):
+                    dag.add_edge(h.src, h.dst, "hazard")
         for src, kind in preds[t].items():
-            if kind == "after":
-                hazards.append(build(Hazard, {"src": src, "dst": t, "kind": "ORDER"}))
-    dag = graph.dag
-    for h in hazards:
-        if not dag.has_edge(h.src, h.dst):
-            dag.add_edge(h.src, h.dst, "hazard")
-    counts = {k: 0 for k in ("RAW", "WAR", "WAW", "ORDER")}
-    for h in hazards:
-        counts[h.kind] += 1
+            if kind == "after":  # already an edge: an ORDER hazard, made as build() would
+                h = new(Hazard)
+                h.__dict__.update(src=src, dst=t, kind="ORDER", lo=0, hi=0, reuse=False)
+                append(h)
+                counts["ORDER"] += 1
     notes = {**graph.notes, "hazards": counts}
     return replace(graph, hazards=tuple(hazards), notes=notes, hazards_basis=basis)
 

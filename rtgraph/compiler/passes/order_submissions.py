@@ -32,10 +32,10 @@ from collections import defaultdict
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
-from rtgraph.compiler.passes.event_ids import colour_events
+from rtgraph.compiler.passes.event_ids import colour_ids
+from rtgraph.compiler.taskgraph import slotted_constructor
 from rtgraph.stream_program.program import (
     Alloc,
-    Command,
     Free,
     Launch,
     Record,
@@ -60,37 +60,62 @@ def order_submissions(program: StreamProgram, options: CompileOptions) -> Stream
     return reorder_for_batches(program, device.host.batch_size, device.scheduler.max_events)
 
 
+#: Records and waits made field by field (:func:`slotted_constructor`): twice as fast.
+_make_record = slotted_constructor(Record)
+_make_wait = slotted_constructor(Wait)
+
+#: Command codes of the columns the reordering works on.
+_OTHER, _RECORD, _WAIT, _BLOCKING = range(4)
+
+
 def reorder_for_batches(
     program: StreamProgram, batch_size: int, max_events: int | None = None
 ) -> StreamProgram:
     """``program`` re-linearised into runs of up to ``batch_size`` commands per stream, using
     at most ``max_events`` event ids (else ``program`` itself), validated: the barrier pass
-    leaves the check to this, the last pass, so that a program is checked once."""
+    leaves the check to this, the last pass, so that a program is checked once.
+
+    The work is done on integer columns (each command's code, stream and event); command
+    objects are made only for the records and waits whose id the new order changes.
+    """
     if batch_size <= 1 or len(program.streams) <= 1:
         validate(program)
         return program
     first_id = int(program.meta.get("user_events", program.num_events))
-    commands = _logical_events(program.commands, first_id)
-    pageable = {h.name for h in program.host_tensors if not h.pinned}
-    blocking_tasks = {t.id for t in program.tasks if t.op in ("h2d", "d2h") and t.host in pageable}
+    commands = program.commands
+    code, stream, event = _columns(program)
+    logical = _logical_events(code, event, first_id)
 
-    def blocks_host(c: Command) -> bool:
-        return type(c) in (Sync, Alloc, Free) or (type(c) is Launch and c.task in blocking_tasks)
-
-    ordered: list[Command] = []
+    ordered: list[int] = []
     segment: list[int] = []
-    for i, c in enumerate(commands):
-        if blocks_host(c):
-            ordered.extend(commands[k] for k in _runs(commands, segment, batch_size, first_id))
-            ordered.append(c)
+    for i, c in enumerate(code):
+        if c == _BLOCKING:
+            ordered.extend(_runs(code, stream, logical, segment, batch_size, first_id))
+            ordered.append(i)
             segment = []
         else:
             segment.append(i)
-    ordered.extend(commands[k] for k in _runs(commands, segment, batch_size, first_id))
-    recoloured, num_events, peak = colour_events(ordered, first_id)
-    if recoloured == program.commands or (max_events is not None and peak > max_events):
+    ordered.extend(_runs(code, stream, logical, segment, batch_size, first_id))
+    places = [
+        k for k, i in enumerate(ordered) if code[i] in (_RECORD, _WAIT) and event[i] >= first_id
+    ]
+    device_ids, num_events, peak = colour_ids(
+        [logical[ordered[k]] for k in places],
+        [code[ordered[k]] == _RECORD for k in places],
+        first_id,
+    )
+    unchanged = ordered == list(range(len(commands))) and all(
+        event[ordered[k]] == d for k, d in zip(places, device_ids, strict=True)
+    )
+    if unchanged or (max_events is not None and peak > max_events):
         validate(program)
         return program
+    recoloured = [commands[i] for i in ordered]
+    for k, device_id in zip(places, device_ids, strict=True):
+        c = recoloured[k]
+        if c.event != device_id:  # type: ignore[union-attr]
+            make = _make_record if type(c) is Record else _make_wait
+            recoloured[k] = make(c.stream, device_id, c.span)  # type: ignore[union-attr]
     barriers = {**program.meta.get("barriers", {}), "events_peak": peak}
     result = replace(
         program,
@@ -102,61 +127,86 @@ def reorder_for_batches(
     return result
 
 
-def _logical_events(commands: list[Command], first_id: int) -> list[Command]:
-    """The commands with each compiler record given its own id, and its waits that id."""
+def _columns(program: StreamProgram) -> tuple[list[int], list[int], list[int]]:
+    """Per command: its code (``_BLOCKING`` for what blocks the host — syncs, run-time
+    allocations and frees, copies of pageable host memory), its stream and its event (0 where
+    it names none)."""
+    pageable = {h.name for h in program.host_tensors if not h.pinned}
+    blocking_tasks = (
+        {t.id for t in program.tasks if t.op in ("h2d", "d2h") and t.host in pageable}
+        if pageable
+        else set()
+    )
+    code: list[int] = []
+    stream: list[int] = []
+    event: list[int] = []
+    for c in program.commands:
+        t = type(c)
+        if t is Launch:
+            code.append(_BLOCKING if c.task in blocking_tasks else _OTHER)  # type: ignore[union-attr]
+            stream.append(c.stream)  # type: ignore[union-attr]
+            event.append(0)
+        elif t is Record or t is Wait:
+            code.append(_RECORD if t is Record else _WAIT)
+            stream.append(c.stream)  # type: ignore[union-attr]
+            event.append(c.event)  # type: ignore[union-attr]
+        elif t is Sync or t is Alloc or t is Free:
+            code.append(_BLOCKING)
+            stream.append(-1)
+            event.append(0)
+        else:
+            code.append(_OTHER)
+            stream.append(c.stream)  # type: ignore[union-attr]
+            event.append(0)
+    return code, stream, event
+
+
+def _logical_events(code: list[int], event: list[int], first_id: int) -> list[int]:
+    """The events with each compiler record given its own id, and its waits that id."""
     current: dict[int, int] = {}
-    out: list[Command] = []
+    out = list(event)
     fresh = first_id
-    for c in commands:
-        if type(c) is Record and c.event >= first_id:
-            current[c.event] = fresh
-            c = Record(c.stream, fresh, c.span)
-            fresh += 1
-        elif type(c) is Wait and c.event >= first_id:
-            c = Wait(c.stream, current[c.event], c.span)
-        out.append(c)
+    for i, c in enumerate(code):
+        if c == _RECORD:
+            ev = event[i]
+            if ev >= first_id:
+                current[ev] = fresh
+                out[i] = fresh
+                fresh += 1
+        elif c == _WAIT:
+            ev = event[i]
+            if ev >= first_id:
+                out[i] = current[ev]
     return out
 
 
-def _runs(commands: list[Command], segment: list[int], batch_size: int, first_id: int) -> list[int]:
+def _runs(
+    code: list[int],
+    stream: list[int],
+    event: list[int],
+    segment: list[int],
+    batch_size: int,
+    first_id: int,
+) -> list[int]:
     """The indices of ``segment`` (stream commands only) re-linearised into per-stream runs."""
     if not segment:
         return []
     lookahead = LOOKAHEAD_BATCHES * batch_size
     queue: dict[int, list[int]] = defaultdict(list)  # stream → its commands, in order
     on_event: dict[int, list[int]] = defaultdict(list)  # user event id → its records and waits
+    pending_records: set[int] = set()  # compiler events recorded in this segment
     recorded: set[int] = set()  # compiler events whose record has been emitted
     for i in segment:
-        c = commands[i]
-        queue[c.stream].append(i)
-        if (type(c) is Record or type(c) is Wait) and c.event < first_id:
-            on_event[c.event].append(i)
+        queue[stream[i]].append(i)
+        c = code[i]
+        if c in (_RECORD, _WAIT):
+            ev = event[i]
+            if ev < first_id:
+                on_event[ev].append(i)
+            elif c == _RECORD:
+                pending_records.add(ev)
     head = dict.fromkeys(queue, 0)
     event_head = dict.fromkeys(on_event, 0)
-
-    def allowed(i: int) -> bool:
-        c = commands[i]
-        if type(c) is Record or type(c) is Wait:
-            if c.event < first_id:
-                return on_event[c.event][event_head[c.event]] == i
-            # A wait whose record lies before this segment (beyond a sync) is already ordered.
-            return type(c) is Record or c.event in recorded or c.event not in pending_records
-        return True
-
-    def take(i: int) -> None:
-        c = commands[i]
-        head[c.stream] += 1
-        if type(c) is Record or type(c) is Wait:
-            if c.event < first_id:
-                event_head[c.event] += 1
-            elif type(c) is Record:
-                recorded.add(c.event)
-
-    pending_records = {
-        commands[i].event
-        for i in segment
-        if type(commands[i]) is Record and commands[i].event >= first_id
-    }
     # Candidates: each stream's next command, keyed by its place in the original order. The
     # earliest command overall is always allowed (the original order is itself valid).
     out: list[int] = []
@@ -165,15 +215,29 @@ def _runs(commands: list[Command], segment: list[int], batch_size: int, first_id
     while pending:
         first, s = heapq.heappop(pending)
         q = queue[s]
-        taken = 0
-        while head[s] < len(q) and taken < batch_size:
-            i = q[head[s]]
-            if i - first > lookahead or not allowed(i):
+        k = head[s]
+        end = min(len(q), k + batch_size)
+        start = k
+        while k < end:
+            i = q[k]
+            if i - first > lookahead:
                 break
-            take(i)
+            c = code[i]
+            if c in (_RECORD, _WAIT):
+                ev = event[i]
+                if ev < first_id:
+                    if on_event[ev][event_head[ev]] != i:
+                        break
+                    event_head[ev] += 1
+                elif c == _RECORD:
+                    recorded.add(ev)
+                elif ev not in recorded and ev in pending_records:
+                    # A wait whose record lies before this segment (beyond a sync) is ordered.
+                    break
             out.append(i)
-            taken += 1
-        assert taken, "the earliest command left must be allowed"
-        if head[s] < len(q):
-            heapq.heappush(pending, (q[head[s]], s))
+            k += 1
+        assert k > start, "the earliest command left must be allowed"
+        head[s] = k
+        if k < len(q):
+            heapq.heappush(pending, (q[k], s))
     return out

@@ -97,13 +97,16 @@ def ordered_lifetimes(graph: TaskGraph) -> dict[str, Life]:
     order plus the DAG's edges, tracked as vector clocks: ``clock[t][s]`` counts the tasks of
     stream ``s`` ordered before or at ``t``. Along one stream each clock column only grows, so
     a stream's first such task that follows every access is a binary search per stream pair,
-    and ``end`` is just past the latest one, over all streams, that does not. ``home_end``
+    and ``end`` is just past the latest one, over all streams, that does not (the searches
+    for all storages at once, one NumPy call per stream pair). ``home_end``
     counts only the stream that writes the storage (when one stream does): the end of its
     life in a pool of that stream's own, as a stream-ordered allocator keeps per stream.
     """
     if graph.order is None or graph.stream_of is None:
         return {name: Life(a, b + 1, 0, b + 1) for name, (a, b) in lifetimes(graph).items()}
     order, stream_of = graph.order, graph.stream_of
+    if not any(t.reads or t.writes for t in graph.tasks):
+        return {}  # no task touches device memory (a program of synthetic kernels)
     pooled = {name for name, st in graph.storages.items() if st.kind in ("input", "value")}
     lane = {s: k for k, s in enumerate(sorted(set(stream_of.values())))}
     n_lanes = len(lane)
@@ -120,12 +123,13 @@ def ordered_lifetimes(graph: TaskGraph) -> dict[str, Life]:
     for position, t in enumerate(order):
         s = lane[stream_of[t]]
         previous = lane_last[s]
-        c = list(clock[previous]) if previous is not None else [0] * n_lanes
-        for p in preds[t]:
-            cp = clock[p]
-            for k in range(n_lanes):
-                if cp[k] > c[k]:
-                    c[k] = cp[k]
+        merged = [clock[p] for p in preds[t]]
+        if previous is not None:
+            merged.append(clock[previous])
+        if len(merged) > 1:
+            c = list(map(max, *merged))  # element-wise, in C
+        else:
+            c = list(merged[0]) if merged else [0] * n_lanes
         c[s] += 1
         clock[t] = c
         lane_last[s] = t
@@ -144,25 +148,36 @@ def ordered_lifetimes(graph: TaskGraph) -> dict[str, Life]:
             starters[s].append(c)
             starter_positions[s].append(position)
     columns = [np.array(rows, dtype=np.int64).reshape(len(rows), n_lanes) for rows in starters]
-
-    def end_on(s: int, accesses: dict[int, int]) -> int:
-        """Just past lane ``s``'s last taker not ordered after ``accesses`` (0 if none)."""
-        col = columns[s]
+    names = list(last)
+    # Each storage's last access per lane as a clock count (0: no access there, which orders
+    # nothing: every clock count is at least 0). Then, per lane ``s``, for all storages at
+    # once: the first taker of ``s`` ordered after every access is a binary search per lane
+    # of access (past its own access on ``s`` itself), and the end is just past the taker
+    # before it (0 if none).
+    counts = np.zeros((len(names), n_lanes), dtype=np.int64)
+    for i, name in enumerate(names):
+        for a, count in last[name].items():
+            counts[i, a] = count
+    accessed = counts > 0
+    ends = np.zeros((n_lanes, len(names)), dtype=np.int64)
+    for s, col in enumerate(columns):
         if not len(col):
-            return 0
-        k = 0
-        for a, count in accesses.items():
-            need = count + 1 if a == s else count
-            k = max(k, int(np.searchsorted(col[:, a], need, side="left")))
-        return starter_positions[s][k - 1] + 1 if k else 0
-
+            continue
+        k = np.zeros(len(names), dtype=np.int64)
+        for a in range(n_lanes):
+            need = counts[:, a] + (accessed[:, a] if a == s else 0)
+            np.maximum(k, np.searchsorted(col[:, a], need, side="left"), out=k)
+        positions = np.asarray(starter_positions[s], dtype=np.int64)
+        ends[s] = np.where(k > 0, positions[k - 1] + 1, 0)
+    floors = np.fromiter((final[name] + 1 for name in names), dtype=np.int64, count=len(names))
+    whole = np.maximum(floors, ends.max(axis=0)) if n_lanes else floors
+    lane_ends = ends.T.tolist()
     lives: dict[str, Life] = {}
-    for name, accesses in last.items():
-        ends = [end_on(s, accesses) for s in range(n_lanes)]
-        floor = final[name] + 1
+    rows = zip(names, floors.tolist(), whole.tolist(), lane_ends, strict=True)
+    for name, floor, end, by_lane in rows:
         home = first_lane[name] if writers.get(name) == {first_lane[name]} else None
-        home_end = max(floor, ends[home]) if home is not None else max(floor, *ends)
-        lives[name] = Life(first[name], max(floor, *ends), home, home_end)
+        home_end = max(floor, by_lane[home]) if home is not None else end
+        lives[name] = Life(first[name], end, home, home_end)
     return lives
 
 
