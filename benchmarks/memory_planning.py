@@ -201,7 +201,7 @@ def guillotine_table(method: str, budget: int | None, limit: float) -> bool:
     )
     head = (
         f"{'n':>5} {'seed':>4} {'greedy/opt':>10} {'fast/opt':>8} {'ours/opt':>8} "
-        f"{'proven':>6} {'best s':>6} {'wall s':>7}  how"
+        f"{'proven':>6} {'best s':>6} {'wall s':>7} {'cpu s':>6}  how"
     )
     print(head)
     print("-" * len(head))
@@ -213,14 +213,14 @@ def guillotine_table(method: str, budget: int | None, limit: float) -> bool:
             optimum = 1 << 20
             base = greedy_by_size(records)
             fast = plan(records, method="fast")
-            ours, wall, _ = timed_plan(records, method, budget, limit)
+            ours, wall, cpu = timed_plan(records, method, budget, limit)
             sound = not check_placement(records, ours)
             all_ok &= sound and ours.lower_bound <= optimum and ours.height <= base.height
             ratios.append(ours.height / optimum)
             print(
                 f"{n:>5} {seed:>4} {base.height / optimum:>10.4f} {fast.height / optimum:>8.4f} "
                 f"{ours.height / optimum:>8.4f} {'yes' if ours.proven else 'no':>6} "
-                f"{ours.time_to_best:>6.1f} {wall:>7.2f}  {ours.method}"
+                f"{ours.time_to_best:>6.1f} {wall:>7.2f} {cpu:>6.2f}  {ours.method}"
             )
     print(
         f"guillotine family: mean ours/optimum {np.mean(ratios):.4f}, worst {max(ratios):.4f}, "

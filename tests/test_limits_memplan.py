@@ -72,7 +72,7 @@ def test_the_limits_have_the_documented_values():
     assert MAX_PAIRS == 4_000_000
     assert planner.MAX_SEARCH_WORK == 100_000_000
     assert (planner.DEFAULT_TIME_LIMIT, planner.DEFAULT_BUDGET) == (10.0, 30_000)
-    assert (search.MAX_NOGOODS, search.MAX_COVER_CELLS) == (200_000, 8_000_000)
+    assert (search.MAX_NOGOODS, search.MAX_COVER_CELLS) == (100_000, 8_000_000)
     assert MAX_STREAMS_PER_UNIT == 64
     assert (MAX_PROFILE_ITERATIONS, MAX_PROFILE_TASK_RUNS) == (1_000, 200_000)
 

@@ -13,10 +13,15 @@ every record fit under a capacity? :func:`solve` asks it over and over:
 4. when the bisection closes without a proof, it starts again from the proven bound with
    what is left — nogoods kept from the earlier rounds (below) make the second pass cheaper.
 
-Each probe tries the preorders round-robin with doubling node limits, as MiniMalloc does, so
-whichever suits the instance finishes early. The search remembers failed node states
-(*nogoods*) per preorder; a nogood found under a capacity holds under any smaller one, so a
-preorder's nogoods are kept while the capacity only falls.
+Each probe tries its strategies round-robin with doubling node limits, as MiniMalloc does with
+its preorders, so whichever suits the instance finishes early. A strategy is a preorder and a
+mode of the search: with the branch on tight sections (and the order kept across splits), or
+as MiniMalloc searches (see :func:`~rtgraph.compiler.memplan.search.fits_within`). Neither
+mode dominates: on MiniMalloc's instance A and on guillotine tilings the first finds plans at
+the lower bound that the second misses within 8 CPU seconds, on instance K and other tilings
+the reverse. The search remembers failed node states (*nogoods*) per strategy; a nogood found
+under a capacity holds under any smaller one, so a strategy's nogoods are kept while the
+capacity only falls.
 
 It stops at a proof (height = lower bound) or when the work budget (search placements) or the
 time limit runs out, with the best plan found. The answer says whether it is ``proven``. Under
@@ -115,8 +120,9 @@ class _State:
         self, problem: Problem, start: float, stop_at: float | None, clock: Callable[[], float]
     ) -> None:
         self.problem = problem
-        self.ranks = {h: preorder_ranks(problem, h) for h in PREORDERS}
-        self.nogoods: dict[str, tuple[int, dict[int, int]]] = {}  # preorder → (capacity, set)
+        ranks = {h: preorder_ranks(problem, h) for h in PREORDERS}
+        self.strategies = [(h, tight, ranks[h]) for h in PREORDERS for tight in (True, False)]
+        self.nogoods: dict[tuple[str, bool], tuple[int, dict[int, int]]] = {}  # → (cap, set)
         self.stop_at = stop_at
         self.clock = clock
         self.nodes = 0
@@ -141,7 +147,7 @@ class _State:
         used = 0
         limit = 2 * max(self.problem.n, 1)
         while used < budget and not (deadline is not None and deadline()):
-            for heuristic, rank in self.ranks.items():
+            for heuristic, tight, rank in self.strategies:
                 step = min(limit, budget - used)
                 if step <= 0:
                     break
@@ -151,24 +157,26 @@ class _State:
                     capacity,
                     step,
                     deadline=deadline,
-                    nogoods=self._nogoods(heuristic, capacity),
+                    nogoods=self._nogoods((heuristic, tight), capacity),
+                    tight=tight,
                 )
                 used += result.nodes
                 self.nodes += result.nodes
                 if result.outcome is Outcome.FOUND:
-                    return (result.offsets, f"search/{heuristic}"), result.outcome, used
+                    name = f"search/{heuristic}" + ("+tight" if tight else "")
+                    return (result.offsets, name), result.outcome, used
                 if result.outcome is Outcome.INFEASIBLE:
                     return None, result.outcome, used
             limit *= 2
         return None, Outcome.BUDGET, used
 
-    def _nogoods(self, heuristic: str, capacity: int) -> dict[int, int]:
-        """The preorder's nogoods, if all were found under a capacity at least as large.
+    def _nogoods(self, strategy: tuple[str, bool], capacity: int) -> dict[int, int]:
+        """The strategy's nogoods, if all were found under a capacity at least as large.
 
         A set is labelled with the least capacity it was searched under (so every nogood in it
         holds under that capacity and any smaller one); a larger capacity starts a new set.
         """
-        kept = self.nogoods.get(heuristic)
+        kept = self.nogoods.get(strategy)
         found = {} if kept is None or kept[0] < capacity else kept[1]
-        self.nogoods[heuristic] = (capacity, found)
+        self.nogoods[strategy] = (capacity, found)
         return found

@@ -10,17 +10,27 @@ plan, and prunes with:
 * **dominance**: never place a record at or above ``offset + size`` of another unplaced
   record — that one would fit in the gap below, so the branch cannot beat one that fills it;
 * **section inference**: in every section (a time span with a fixed live set), the lowest
-  offset any unplaced record there can take, plus the sizes still to place there, must fit;
+  offset any unplaced record there can take, plus the sizes still to place there, must fit.
+  A record *behind* the last placement in canonical order cannot take its lowest offset any
+  more: only a later placement (at or above the last one) can raise it, so it counts as a
+  granule above the last placement — without this, a section whose every record is behind
+  looked fillable and the search went hundreds of placements deeper before failing;
+* **tight sections**: when a section's remaining sizes fill exactly what is left above the
+  next offset, some record must sit at that offset there; the node branches only on which one,
+  in the section with the fewest such candidates (exact cover's rule), best fit first. At
+  max-live every section is tight, which is where an optimal plan is most often sought;
 * **dynamic decomposition**: when placing a record leaves no unplaced record spanning some
   time boundary, the two sides are independent and are solved one after the other — a failure
   on one side backjumps straight to the placement that split them, instead of retrying
-  every combination of the other side;
+  every combination of the other side. The sides keep the canonical order of the placement
+  that split them (each side's placements are a subsequence of one canonical order, so no
+  plan is lost), which is what makes the rule for records behind it hold across splits;
 * **nogoods** (dominance of partial solutions): every placed record sits at or below every
   offset still to come, so the rest of the search depends only on the unplaced records and
   their lowest offsets. A node whose candidates are exhausted records that state (a 128-bit
   hash) with its (offset, rank) threshold; a later node in the same state with a threshold
   at least as high has no more completions and is cut. The caller may keep the nogoods
-  between calls for the same preorder and a capacity no larger.
+  between calls for the same preorder, the same mode and a capacity no larger.
 
 The search is depth-first with an explicit stack (no recursion limit to hit) and stops after
 ``budget`` placements, or when ``deadline()`` says so (checked every 256 placements): it
@@ -50,9 +60,9 @@ MAX_COVER_CELLS = 8_000_000
 #: those whose lowest offsets the last placement changed.
 FULL_CHECK_CELLS = 200_000
 
-#: Nogoods (failed node states) remembered per preorder and capacity: a dict entry of about
-#: 120 bytes, so at most ~24 MB for each of the four preorders.
-MAX_NOGOODS = 200_000
+#: Nogoods (failed node states) remembered per strategy (preorder and mode) and capacity: a
+#: dict entry of about 120 bytes, so at most ~12 MB for each of the eight strategies.
+MAX_NOGOODS = 100_000
 
 
 class Outcome(enum.Enum):
@@ -76,14 +86,19 @@ def fits_within(
     *,
     deadline: Callable[[], bool] | None = None,
     nogoods: dict[int, int] | None = None,
+    tight: bool = True,
 ) -> SearchResult:
     """Search for a placement of ``problem`` with height ``<= capacity``.
 
     ``ranks`` is the preorder used to break ties between records with the same lowest offset
     (see :func:`~rtgraph.compiler.memplan.greedy.preorder_ranks`); ``budget`` caps the number of
-    placements tried. Returns the outcome, the offsets if found, and the placements used.
+    placements tried. ``tight=False`` searches as MiniMalloc does: no branch on tight sections,
+    each side of a split restarting the canonical order, records behind it counted where they
+    stand. Both are complete; each finds some plans far sooner than the other (see
+    :mod:`~rtgraph.compiler.memplan.exact`), and nogoods of one do not carry to the other.
+    Returns the outcome, the offsets if found, and the placements used.
     """
-    return _Search(problem, ranks, capacity, budget, deadline, nogoods).run()
+    return _Search(problem, ranks, capacity, budget, deadline, nogoods, tight).run()
 
 
 @dataclass(eq=False)
@@ -93,6 +108,8 @@ class _Context:
     pending: list[tuple[np.ndarray, int, int]]
     owner: int  # stack index of the frame whose placement split them; -1 for the start
     parent: _Context | None
+    last_low: int = -1  # the placement that split them: every later one must come after it
+    last_rank: int = -1
 
 
 @dataclass(eq=False)
@@ -110,6 +127,10 @@ class _Frame:
     last: int = 0  # the (offset, rank) every placement here must exceed, as one integer
     pos: int = 0
     undo: tuple | None = field(default=None)
+    # The order every placement below must follow, when it is not the placement's own
+    # (offset, rank): after a branch on a tight section (see _Search._tight_branch).
+    next_low: int | None = None
+    next_rank: int = -1
 
 
 _LEAF = object()
@@ -133,14 +154,17 @@ class _Search:
         budget: int,
         deadline: Callable[[], bool] | None,
         nogoods: dict[int, int] | None,
+        tight: bool = True,
     ) -> None:
         p = problem
+        self.tight = tight
         self.deadline = deadline
         self.nogoods: dict[int, int] = {} if nogoods is None else nogoods
         ids = np.arange(p.n, dtype=np.uint64)
         self.salt = (_mix(ids + np.uint64(0x51ED)), _mix(ids + np.uint64(0xC0FFEE)))
         self.p = p
         self.cap = int(capacity)
+        self.granule = p.granule
         self.budget = int(budget)
         self.nodes = 0
         self.size = p.size
@@ -203,12 +227,18 @@ class _Search:
             low = f.cand_offset[f.pos]
             f.pos += 1
             f.undo = self._place(i, low)
+            t_low, t_rank = (
+                (low, self.rank_list[i]) if f.next_low is None else (f.next_low, f.next_rank)
+            )
             if self._splits(i, f.lo, f.hi):
-                ctx = _Context(self._split(f.part, f.lo, f.hi), len(stack) - 1, f.ctx)
+                pieces = self._split(f.part, f.lo, f.hi)
+                ctx = _Context(pieces, len(stack) - 1, f.ctx)
+                if self.tight:  # the sides keep the order (else each restarts it)
+                    ctx.last_low, ctx.last_rank = t_low, t_rank
                 state = self._open(ctx)
                 continue
             child = self._frame(
-                f.part, f.lo, f.hi, low, self.rank_list[i], f.ctx, root=False, changed=f.undo[6:]
+                f.part, f.lo, f.hi, t_low, t_rank, f.ctx, root=False, changed=f.undo[6:]
             )
             if child is _LEAF:
                 state = self._open(f.ctx)
@@ -223,7 +253,7 @@ class _Search:
         while True:
             if ctx.pending:
                 part, lo, hi = ctx.pending.pop()
-                frame = self._frame(part, lo, hi, -1, -1, ctx, root=True)
+                frame = self._frame(part, lo, hi, ctx.last_low, ctx.last_rank, ctx, root=True)
                 if frame is None:
                     return self._backjump(ctx)
                 self.stack.append(frame)
@@ -331,10 +361,13 @@ class _Search:
             ahead = key > last_low * self.key_scale + last_rank
         else:
             ahead = (low > last_low) | ((low == last_low) & (rank > last_rank))
+        # A record behind the last placement in canonical order cannot go where it stands
+        # when splits keep the order (see _Context): only a later placement, at or above
+        # last_low, can raise it, so it goes at last_low + a granule or higher. (When a
+        # split restarts the order, it may yet go where it stands.)
+        reach = np.where(ahead, low, last_low + self.granule) if self.tight else low
         # Lowest offsets only rise: a record that cannot fit above its own cannot fit at all.
-        # (A record behind the last placement in canonical order is not counted any higher:
-        # a later split of the partition restarts the order and may place it where it is.)
-        if int((low + self.size[u]).max()) > self.cap:
+        if int((reach + self.size[u]).max()) > self.cap:
             return None
         # Section inference: in each section, the lowest offset an unplaced record there can
         # take (and never below the last placement) plus the sizes still to place must fit.
@@ -349,7 +382,7 @@ class _Search:
             near = u[inside]
             near_total = self.total[a:b]
             if len(near):
-                lowest = self._lowest(near, low[inside], a, b)
+                lowest = self._lowest(near, reach[inside], a, b)
                 floor = np.where(near_total > 0, lowest, self.floor[a:b])
             else:
                 floor = self.floor[a:b]
@@ -357,7 +390,7 @@ class _Search:
                 return None
         order = np.argsort(key, kind="stable") if self.packed_keys else np.lexsort((rank, low))
         keep = ahead[order]
-        u, low = u[order], low[order]
+        u, low, reach = u[order], low[order], reach[order]
         # Dominance: a record placed at or above some unplaced record's lowest top would
         # leave a gap that record fits in. Inference one step ahead: after placing a record
         # at low_i, every section of the partition still needs low_i + its remaining total
@@ -371,9 +404,69 @@ class _Search:
         known = self.nogoods.get(key)
         if known is not None and known <= last:
             return None
-        frame = _Frame(part, lo, hi, ctx, root, u[keep].tolist(), low[keep].tolist())
+        tight = self._tight_branch(u, low, reach, keep, lo, hi) if self.tight else True
+        if tight is None:
+            return None
+        if tight is not True:
+            frame = _Frame(part, lo, hi, ctx, root, tight[0], tight[1])
+            nxt = tight[1][0]
+            frame.next_low, frame.next_rank = (nxt, -1) if nxt > last_low else (last_low, last_rank)
+        else:
+            frame = _Frame(part, lo, hi, ctx, root, u[keep].tolist(), low[keep].tolist())
         frame.key, frame.last = key, last
         return frame
+
+    def _tight_branch(
+        self,
+        u: np.ndarray,
+        low: np.ndarray,
+        reach: np.ndarray,
+        keep: np.ndarray,
+        lo: int,
+        hi: int,
+    ) -> tuple[list[int], list[int]] | bool | None:
+        """The branch on a *tight* section, when there is one: True when there is none, None
+        when the node is pruned, else the candidates to try and their offsets.
+
+        Every placement from here on is at or above ``nxt``, the lowest offset of a candidate.
+        A section whose remaining sizes fill exactly ``[nxt, capacity)`` leaves no byte to
+        waste: some record must sit at ``nxt`` in it — so some unplaced record there must be
+        able to go that low (else the node is pruned) — and only a candidate at ``nxt`` that
+        lives there can be that record. Branching on which one, in the section with the
+        fewest (as in exact cover), is complete, and far narrower than branching on every
+        candidate when the capacity is tight (at max-live, every section is). ``O(k + S)``.
+        """
+        nxt = int(low[keep][0])
+        total = self.total[lo:hi]
+        tight = np.flatnonzero((total > 0) & (total == self.cap - nxt))
+        if len(tight) == 0:
+            return True
+        first = self.slo[u] - lo
+        end = self.shi[u] - lo
+        counts = np.zeros(hi - lo + 1, dtype=np.int64)
+        low_enough = reach <= nxt  # records that can still sit at nxt or lower
+        np.add.at(counts, first[low_enough], 1)
+        np.add.at(counts, end[low_enough], -1)
+        if not np.cumsum(counts)[tight].all():
+            return None  # a tight section's records all sit above nxt: bytes wasted
+        at = np.flatnonzero(keep & (low == nxt))
+        counts[:] = 0
+        np.add.at(counts, first[at], 1)
+        np.add.at(counts, end[at], -1)
+        counts = np.cumsum(counts)[tight]
+        if counts.min() == 0:
+            return None
+        s = int(tight[int(np.argmin(counts))])
+        at = at[(first[at] <= s) & (end[at] > s)]
+        chosen = u[at]
+        if len(chosen) > 1:
+            # Best fit first: a record whose top meets the skyline just outside its span, on
+            # either side, leaves it flat there, as a tiling's pieces do.
+            top = nxt + self.size[chosen]
+            pad = np.concatenate(([-1], self.floor[lo:hi], [-1]))
+            fit = (pad[first[at]] == top).astype(np.int64) + (pad[end[at] + 1] == top)
+            chosen = chosen[np.argsort(-fit, kind="stable")]
+        return chosen.tolist(), [nxt] * len(chosen)
 
     def _state_key(self, u: np.ndarray, low: np.ndarray) -> int:
         """A 128-bit hash of a node's state: its unplaced records and their lowest offsets.
