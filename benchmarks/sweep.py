@@ -8,6 +8,12 @@ cluster's start-up — worker processes importing rtgraph — is inside its time
 be identical but for ``compile_s``, the one wall-clock column. The machine is shared, so the
 1-, 5- and 15-minute load averages are printed before and after each run.
 
+A virtual machine's two CPUs do not always compute as two: when the host is busy, two
+processes each run slower than one alone. So the machine's own parallel speed-up is measured
+before and after the sweeps — a pure-Python loop run in one process, then in two at once:
+``2 × (one alone) ÷ (two together)``, 2.00× on two free cores — and the sweep's speed-up is
+also given as a fraction of it (the part of the machine's parallelism the cluster used).
+
 Prints one Markdown table: engine, workers, points, wall seconds, speed-up over serial, load.
 
 Usage: python benchmarks/sweep.py [--quick] [--workers N]
@@ -16,6 +22,7 @@ Usage: python benchmarks/sweep.py [--quick] [--workers N]
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import os
 import sys
 import tempfile
@@ -45,6 +52,28 @@ memory = ["none", "greedy", "stream-ordered", "timed"]
 """
 
 
+def _spin(_: int = 0) -> float:
+    """CPU seconds of a fixed pure-Python loop (the kind of work a sweep point is)."""
+    started = time.process_time()
+    total = 0
+    for i in range(12_000_000):
+        total += i
+    return time.process_time() - started if total else 0.0
+
+
+def machine_parallelism() -> float:
+    """How many times faster two processes finish two loops than one process finishes one
+    each in turn: 2 × (wall of one loop alone) ÷ (wall of two loops at once)."""
+    started = time.perf_counter()
+    _spin()
+    alone = time.perf_counter() - started
+    with multiprocessing.get_context("fork").Pool(2) as pool:
+        started = time.perf_counter()
+        pool.map(_spin, range(2))
+        together = time.perf_counter() - started
+    return 2 * alone / together
+
+
 def load() -> str:
     return "/".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -56,6 +85,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     models = QUICK_MODELS if args.quick else MODELS
     paths = ", ".join(f'"{(ROOT / "models" / m).with_suffix(".rtg").as_posix()}"' for m in models)
+    before_runs = machine_parallelism()
     with tempfile.TemporaryDirectory() as folder:
         sweep = Path(folder) / "sweep.toml"
         sweep.write_text(SWEEP.format(models=paths), encoding="utf-8")
@@ -65,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
             started = time.perf_counter()
             done = run_sweep(sweep, Path(folder) / name.replace(" ", "-"), workers=workers)
             runs.append((name, done, time.perf_counter() - started, before, load()))
+    after_runs = machine_parallelism()
     serial_s = runs[-1][2]
     tables = [
         [{k: v for k, v in row.items() if k not in WALL_CLOCK} for row in done.rows]
@@ -83,6 +114,13 @@ def main(argv: list[str] | None = None) -> int:
     refused = sum(1 for row in runs[0][1].rows if row["error"])
     print(f"\nTables identical (but for {', '.join(WALL_CLOCK)}): {'yes' if same else 'NO'}.")
     print(f"Points refused by the compiler or emulator: {refused}.")
+    ceiling = (before_runs + after_runs) / 2
+    speedup = serial_s / runs[0][2]
+    print(
+        f"The machine's own two-process speed-up (a pure-Python loop, one process against two): "
+        f"{before_runs:.2f}× before the sweeps, {after_runs:.2f}× after; the cluster's "
+        f"{speedup:.2f}× is {speedup / ceiling:.0%} of their mean."
+    )
     print(f"Machine: {machine_note()}; load averages are 1/5/15-minute.")
     return 0 if same else 1
 
