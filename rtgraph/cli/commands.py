@@ -164,7 +164,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         if getattr(args, flag, 1) != 1:
             raise UsageError(f"--{flag.replace('_', '-')} needs --cluster NAME")
     check_seed(args.seed)
-    if args.shapes:
+    if getattr(args, "shapes", None):  # `rtgraph report` runs through here without it
         return run_shapes(args)
     program, compiled, spec = compiled_program(args)
     if args.memory_snapshot and not (compiled.meta.get("alloc") or {}).get("kind"):
