@@ -100,46 +100,16 @@ def index_commands(
     barriers = launches = 0
     for i, c in enumerate(commands):
         t = type(c)
-        if t is Launch:  # the common case first, whole: most commands are launches
-            sid = c.stream  # type: ignore[union-attr]
-            if sid not in known:
-                raise StreamProgramError(f"command {c} names unknown stream {sid}")
-            kinds, refs, gens, at = columns[sid]
-            slot = len(kinds)
-            at.append(i)
-            r = c.task  # type: ignore[union-attr]
-            if not 0 <= r < num_tasks or launch_command[r] >= 0:
-                raise StreamProgramError(f"task {r} launched twice or unknown")
-            launches += 1
-            kinds.append(LAUNCH)
-            refs.append(r)
-            gens.append(0)
-            task_stream[r], task_slot[r], launch_command[r] = sid, slot, i
-            if waits_since[sid]:
-                waited_on[r] = tuple(waits_since[sid])
-                waits_since[sid] = []
-            if r in pageable:
-                if run is not None:
-                    segments.append(tuple(run))  # type: ignore[arg-type]
-                    run = None
-                segments.append((PAGEABLE, i, sid, slot, 1))
-            elif run is not None and run[2] == sid:
-                run[4] += 1
-            else:
-                if run is not None:
-                    segments.append(tuple(run))  # type: ignore[arg-type]
-                run = [RUN, i, sid, slot, 1]
-            continue
         if t is Sync:
-            if c.kind == "event":  # type: ignore[union-attr]
-                sync_gen[i] = latest.get(c.target, 0)  # type: ignore[arg-type,union-attr]
-                events.add(c.target)  # type: ignore[arg-type,union-attr]
+            if c.kind == "event":
+                sync_gen[i] = latest.get(c.target, 0)  # type: ignore[arg-type]
+                events.add(c.target)  # type: ignore[arg-type]
             if run is not None:
                 segments.append(tuple(run))  # type: ignore[arg-type]
                 run = None
             segments.append((SYNC, i, -1, 0, 0))
             continue
-        sid = c.stream  # type: ignore[union-attr]
+        sid = c.stream
         if sid not in known:
             raise StreamProgramError(f"command {c} names unknown stream {sid}")
         if t is Alloc or t is Free:
@@ -153,33 +123,34 @@ def index_commands(
         slot = len(kinds)
         at.append(i)
         alone = False
-        if t is Record:  # the next most common case, whole
-            r = c.event  # type: ignore[union-attr]
+        if t is Launch:
+            r = c.task
+            if not 0 <= r < num_tasks or launch_command[r] >= 0:
+                raise StreamProgramError(f"task {r} launched twice or unknown")
+            launches += 1
+            kinds.append(LAUNCH)
+            refs.append(r)
+            gens.append(0)
+            task_stream[r], task_slot[r], launch_command[r] = sid, slot, i
+            if waits_since[sid]:
+                waited_on[r] = tuple(waits_since[sid])
+                waits_since[sid] = []
+            alone = r in pageable
+        elif t is Record or t is Wait:
+            r = c.event
             if not 0 <= r < limit:
                 raise StreamProgramError(f"command {c} names event {r} of {num_events}")
             events.add(r)
             refs.append(r)
-            kinds.append(RECORD)
-            g = latest[r] = latest.get(r, 0) + 1
-            record_at[(r, g)] = (sid, slot)
-            gens.append(g)
-            if run is not None and run[2] == sid:
-                run[4] += 1
+            if t is Record:
+                kinds.append(RECORD)
+                g = latest[r] = latest.get(r, 0) + 1
+                record_at[(r, g)] = (sid, slot)
             else:
-                if run is not None:
-                    segments.append(tuple(run))  # type: ignore[arg-type]
-                run = [RUN, i, sid, slot, 1]
-            continue
-        if t is Wait:
-            r = c.event  # type: ignore[union-attr]
-            if not 0 <= r < limit:
-                raise StreamProgramError(f"command {c} names event {r} of {num_events}")
-            events.add(r)
-            refs.append(r)
-            kinds.append(WAIT)
-            g = latest.get(r, 0)
-            waits_since[sid].append(r)
-            alone = g == 0
+                kinds.append(WAIT)
+                g = latest.get(r, 0)
+                waits_since[sid].append(r)
+                alone = g == 0
             gens.append(g)
         else:
             kinds.append(BARRIER if t is Barrier else CALLBACK)
@@ -190,7 +161,7 @@ def index_commands(
             if run is not None:
                 segments.append(tuple(run))  # type: ignore[arg-type]
                 run = None
-            segments.append((NEVER_RECORDED, i, sid, slot, 1))
+            segments.append((PAGEABLE if t is Launch else NEVER_RECORDED, i, sid, slot, 1))
         elif run is not None and run[2] == sid:
             run[4] += 1
         else:
