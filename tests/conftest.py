@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -20,3 +21,18 @@ MODELS = ROOT / "models"
 #: The public instances the tests check against (STG, HEFT, memory-planning cases, MiniMalloc),
 #: vendored so a standalone checkout runs them; tests/data/README.md names each source.
 DATA = Path(__file__).resolve().parent / "data"
+
+
+def host_time_per_step(
+    result, kinds: tuple[str, ...], sync: str = "sync"
+) -> tuple[list[float], list[float]]:
+    """A run's host time in activities of ``kinds`` between consecutive host syncs (blocked
+    activities labelled ``sync…``), and the time between the syncs' returns: one figure per
+    step of a loop that syncs once a step."""
+    host = [a for a in result.host_activities if a.lane == "host"]
+    ends = [a.end for a in host if a.kind == "blocked" and a.label.startswith(sync)]
+    busy, spans = [], []
+    for lo, hi in itertools.pairwise(ends):
+        busy.append(sum(a.end - a.start for a in host if a.kind in kinds and lo <= a.start < hi))
+        spans.append(hi - lo)
+    return busy, spans

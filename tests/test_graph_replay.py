@@ -7,13 +7,13 @@ plus its roofline (:func:`rtgraph.timing.costmodel.estimate_us`), a sync 1 µs t
 
 from __future__ import annotations
 
-import itertools
 import json
 import re
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import host_time_per_step
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -88,17 +88,6 @@ def _run(mode: str) -> tuple[np.ndarray, rt.RunResult, int, list]:
     return t["x"].numpy(), result, g.num_tasks, tasks
 
 
-def _per_step(result: rt.RunResult, kinds: tuple[str, ...]) -> tuple[list[float], list[float]]:
-    """Host busy time between consecutive stream syncs, and the time between their returns."""
-    host = [a for a in result.host_activities if a.lane == "host"]
-    sync_ends = [a.end for a in host if a.kind == "blocked" and a.label.startswith("sync stream")]
-    busy, spans = [], []
-    for lo, hi in itertools.pairwise(sync_ends):
-        busy.append(sum(a.end - a.start for a in host if a.kind in kinds and lo <= a.start < hi))
-        spans.append(hi - lo)
-    return busy, spans
-
-
 def _device_us(tasks: list) -> float:
     """The hand figure of a chain of tasks: each launch_us plus its roofline, run alone."""
     spec = load_device("toy")
@@ -119,8 +108,8 @@ def test_decode_loop_replay_cuts_host_time_and_makespan_by_the_spec_figures():
     assert k == 16
     np.testing.assert_array_equal(eager_x, replay_x)  # bit for bit
     host = load_device("toy").host
-    eager_busy, eager_spans = _per_step(eager, ("submit",))
-    replay_busy, replay_spans = _per_step(replay, ("graph launch",))
+    eager_busy, eager_spans = host_time_per_step(eager, ("submit",), "sync stream")
+    replay_busy, replay_spans = host_time_per_step(replay, ("graph launch",), "sync stream")
     assert len(eager_busy) == len(replay_busy) == STEPS - 1
     # Host submission per step: k ioctls eagerly, one graph launch replayed.
     assert eager_busy == pytest.approx([k * (host.ioctl_us + host.submit_us)] * (STEPS - 1))

@@ -10,12 +10,12 @@ programs of the diagnostics are tests/bad/graph_*.rtg (tests/test_diagnostics.py
 
 from __future__ import annotations
 
-import itertools
 import json
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import host_time_per_step
 
 import rtgraph
 from rtgraph.device import load_device
@@ -35,17 +35,6 @@ def _decode(eager: int, streams: str, steps: int = STEPS):
     program = rtgraph.load(MODEL, {**SMALL, "STEPS": steps, "EAGER": eager})
     compiled = rtgraph.compile(program, device="toy", streams=streams)
     return program, compiled, rtgraph.run(compiled, device="toy", seed=0)
-
-
-def _per_step(result, kinds: tuple[str, ...]) -> tuple[list[float], list[float]]:
-    """Host submission time between consecutive syncs, and the time between their returns."""
-    host = [a for a in result.host_activities if a.lane == "host"]
-    ends = [a.end for a in host if a.kind == "blocked" and a.label.startswith("sync")]
-    busy, spans = [], []
-    for lo, hi in itertools.pairwise(ends):
-        busy.append(sum(a.end - a.start for a in host if a.kind in kinds and lo <= a.start < hi))
-        spans.append(hi - lo)
-    return busy, spans
 
 
 def _chain_us(compiled: StreamProgram, first: int, end: int) -> float:
@@ -83,8 +72,8 @@ def test_decode_loop_replay_cuts_host_time_and_moves_makespan_by_the_spec_figure
     assert len(sizes) == 1  # every replay the same commands
     k = sizes.pop()  # one stream: a command per task, no events
     # Host submission per step: k ioctls eagerly, one graph launch replayed.
-    eager_busy, eager_spans = _per_step(eager, ("submit",))
-    replay_busy, replay_spans = _per_step(replay, ("graph launch",))
+    eager_busy, eager_spans = host_time_per_step(eager, ("submit",))
+    replay_busy, replay_spans = host_time_per_step(replay, ("graph launch",))
     assert len(eager_busy) == len(replay_busy) == STEPS - 1
     ioctl = host.ioctl_us + host.submit_us
     # (the last step, which also copies the output to the host, is left out)
@@ -140,8 +129,8 @@ def test_by_unit_replay_is_race_free_equal_and_cheaper_for_the_host():
     np.testing.assert_array_equal(replay.outputs[name], eager.outputs[name])
     reference = rtgraph.evaluate(program, seed=0)
     assert all(v["equal"] for v in rtgraph.compare(replay.outputs, reference).values())
-    replay_busy, _ = _per_step(replay, ("graph launch",))
-    eager_busy, _ = _per_step(eager, ("submit",))
+    replay_busy, _ = host_time_per_step(replay, ("graph launch",))
+    eager_busy, _ = host_time_per_step(eager, ("submit",))
     assert sum(eager_busy) / sum(replay_busy) >= 5
     # Eagerly the host also pays for each step's records and waits: an ioctl per command.
     per_step = [b - a for a, b in compiled.meta["graph_launches"]]
