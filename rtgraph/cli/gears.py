@@ -30,20 +30,25 @@ from rtgraph.stream_program.loading import in_file, read_compiled
 def still_dynamic(args: argparse.Namespace, program: Program) -> Program | None:
     """``program`` with the gears of the dynamic parameters ``-D`` did not fix, or None when
     none is left (or the output is not one a geared program has)."""
-    fixed = parse_defines(args.define)
-    gears = {n: g for n, g in program.gears.items() if n not in fixed}
+    gears = _unfixed(args, program)
     if not gears or args.emit not in ("json", "listing"):
         return None
     return dataclasses.replace(program, gears=gears)
 
 
+def _unfixed(args: argparse.Namespace, program: Program) -> dict[str, tuple[int, ...]]:
+    """The gears of the dynamic parameters ``-D`` did not fix."""
+    fixed = parse_defines(args.define)
+    return {n: g for n, g in program.gears.items() if n not in fixed}
+
+
 def each_gear(args: argparse.Namespace, program: Program) -> list[tuple[dict[str, int], Program]]:
     """``program`` bound at each combination of the gears ``-D`` did not fix (``rtgraph
     explain`` shows each gear's choices), or just ``program`` (no values) when none is left."""
-    fixed = parse_defines(args.define)
-    gears = {n: g for n, g in program.gears.items() if n not in fixed}
+    gears = _unfixed(args, program)
     if not gears:
         return [({}, program)]
+    fixed = parse_defines(args.define)
     return [
         (values, api.load(args.file, {**fixed, **values}, device=args.device))
         for values in gear_combinations(gears)
