@@ -25,7 +25,7 @@ from rtgraph.compiler.optimizer.rewrite import mentioned, movable_ops, pinned, r
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.compiler.passes import plan_memory as plan_memory_module
 from rtgraph.compiler.passes.assign_streams import assign_streams
-from rtgraph.compiler.passes.event_ids import colour_events
+from rtgraph.compiler.passes.event_ids import colour_ids
 from rtgraph.compiler.passes.find_hazards import find_hazards
 from rtgraph.compiler.passes.lower import lower
 from rtgraph.compiler.passes.plan_memory import plan_memory, plan_provisional_memory, plan_with
@@ -180,6 +180,22 @@ def test_the_slotted_constructor_makes_what_the_constructor_makes():
         fast.id = 9  # still frozen
     with pytest.raises(AssertionError):
         slotted_constructor(Operand)  # not slotted: build() fills those
+
+
+def colour_events(commands, first_id):
+    """colour_ids applied to a list of commands: its compiler records and waits recoloured."""
+    places = [
+        pos
+        for pos, c in enumerate(commands)
+        if (type(c) is Record or type(c) is Wait) and c.event >= first_id
+    ]
+    events = [commands[pos].event for pos in places]
+    is_record = [type(commands[pos]) is Record for pos in places]
+    device_ids, num_events, peak = colour_ids(events, is_record, first_id)
+    out = list(commands)
+    for pos, record, device_id in zip(places, is_record, device_ids, strict=True):
+        out[pos] = (Record if record else Wait)(out[pos].stream, device_id, out[pos].span)
+    return out, num_events, peak
 
 
 def _colour_by_walking(commands, first_id):

@@ -8,15 +8,13 @@ allows. Ids below ``first_id`` belong to the program's own ``event`` declaration
 
 :func:`colour_ids` does the colouring on plain integers — the compiler's records and waits
 only, in submission order — so the passes that colour (barrier insertion, submission order)
-make each command object once; :func:`colour_events` is the same on a list of commands.
+make each command object once.
 """
 
 from __future__ import annotations
 
 import heapq
 from collections.abc import Sequence
-
-from rtgraph.stream_program.program import Command, Record, Wait
 
 
 def colour_ids(
@@ -56,25 +54,3 @@ def colour_ids(
         else:
             out[k] = ids[ev]
     return out, next_id, peak
-
-
-def colour_events(commands: Sequence[Command], first_id: int) -> tuple[list[Command], int, int]:
-    """``commands`` with logical compiler event ids mapped to reusable device ids.
-
-    Returns the commands, the number of event ids used (user ids included) and the peak number
-    of compiler ids live at once.
-    """
-    places = [
-        pos
-        for pos, c in enumerate(commands)
-        if (type(c) is Record or type(c) is Wait) and c.event >= first_id
-    ]
-    events = [commands[pos].event for pos in places]  # type: ignore[union-attr]
-    is_record = [type(commands[pos]) is Record for pos in places]
-    device_ids, num_events, peak = colour_ids(events, is_record, first_id)
-    out = list(commands)
-    for pos, record, device_id in zip(places, is_record, device_ids, strict=True):
-        c = out[pos]
-        kind = Record if record else Wait
-        out[pos] = kind(c.stream, device_id, c.span)  # type: ignore[union-attr]
-    return out, num_events, peak

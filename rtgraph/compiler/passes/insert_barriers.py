@@ -68,11 +68,6 @@ class _Clocks:
         mine = self.clock[q]
         mine[:] = map(max, mine, other)  # element-wise, in place
 
-    def launch(self, q: int) -> int:
-        self.count[q] += 1
-        self.clock[q][q] = self.count[q]
-        return self.count[q]
-
 
 def insert_barriers(graph: TaskGraph, options: CompileOptions) -> StreamProgram:
     """The stream program of ``graph``: launches, events and barriers in submission order

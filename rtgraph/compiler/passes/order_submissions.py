@@ -13,7 +13,7 @@ order the program's meaning rests on, so the device computes exactly the same th
 * every wait comes after the record it waits on; the program's own events (``event`` names)
   keep the order of all their records and waits, since a wait uses the latest record
   submitted before it. The compiler's events are re-numbered for the new order afterwards
-  (:func:`~rtgraph.compiler.passes.event_ids.colour_events`), so reusing an id never ties two
+  (:func:`~rtgraph.compiler.passes.event_ids.colour_ids`), so reusing an id never ties two
   streams;
 * host-blocking commands — syncs, run-time allocations and frees, copies of pageable host
   memory — stay where they are relative to everything else.
