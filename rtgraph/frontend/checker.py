@@ -29,6 +29,7 @@ from rtgraph.frontend.functions import (
 )
 from rtgraph.frontend.gears import check_total
 from rtgraph.frontend.graphs import GraphChecker
+from rtgraph.frontend.loop_replay import LoopReplay, mentions
 from rtgraph.frontend.params import bind_params
 from rtgraph.frontend.values import POISON, Bound, FnRef, Scope, Value, describe
 from rtgraph.ir.graph import OpNode, Program, Tensor
@@ -350,14 +351,48 @@ class Checker(GraphChecker):
             self.tick(header, self.max_steps)
         self.check_nodes(least.nodes, header, "loops are unrolled at compile time")
         outer = self.scope
+        # Iterations that differ only in names are made from a recorded one (loop_replay).
+        replay = (
+            LoopReplay(self, outer)
+            if stop - start > 2 and not len(self.diagnostics) and not mentions(st.body, var)
+            else None
+        )
         try:
             for i in range(start, stop):
                 self.tick(header)
-                self.scope = Scope(outer, f"{outer.prefix}{var}={i}/", loop=True)
+                prefix = f"{outer.prefix}{var}={i}/"
+                if replay is not None and replay.replay(prefix):
+                    continue
+                if replay is not None:
+                    replay.before(prefix)
+                self.scope = Scope(outer, prefix, loop=True)
                 self.scope.names[var] = Bound(i, "loop", st.var.span)
                 self.run_block(st.body)
+                if replay is not None:
+                    replay.after()
         finally:
             self.scope = outer
+
+    def side_effects(self) -> tuple:
+        """What running statements changes besides ops and tensors, in counts: a loop
+        iteration that changes any of it is not replayed (:mod:`.loop_replay`)."""
+        return (
+            len(self.outputs),
+            len(self.recorded),
+            len(self.copied),
+            len(self.buffers),
+            len(self.streams),
+            len(self.events),
+            len(self.priorities),
+            sum(self.fn_calls.values()),
+            self.ir.declared,
+            len(self.graphs),
+            len(self.graph_replays),
+            len(self.row_parts),
+            self.stream,
+            self.device,
+            self.in_graph,
+        )
 
     def s_device(self, st: ast.DeviceBlock) -> None:
         """``device[rank] { … }``: every op the body makes (calls included) runs on ``rank``."""
