@@ -13,9 +13,17 @@ from conftest import DATA
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import rtgraph
+from rtgraph.compiler import CompileOptions
+from rtgraph.compiler.passes.assign_streams import assign_streams
+from rtgraph.compiler.passes.find_hazards import find_hazards
+from rtgraph.compiler.passes.lower import lower
+from rtgraph.compiler.passes.plan_memory import plan_memory
 from rtgraph.compiler.scheduling import Job, list_schedule, lower_bound, read_stg
 from rtgraph.compiler.scheduling.heft import heft, read_heft_csvs
+from rtgraph.compiler.scheduling.order_search import Replay, unblock
 from rtgraph.compiler.scheduling.stg import parse_stg
+from rtgraph.device import load_device
 from rtgraph.errors import CheckError, InputError
 
 STG = DATA / "stg"
@@ -421,3 +429,38 @@ def test_heft_picks_the_faster_processor_and_saves_the_transfer():
 def test_heft_rejects_a_cycle():
     with pytest.raises(CheckError, match="cycle"):
         heft(np.ones((2, 1)), {(0, 1): 1.0, (1, 0): 1.0})
+
+
+# --- the order search's head-of-line pass (policy `list`) -------------------------------------
+
+
+def test_unblock_moves_a_ready_task_ahead_of_one_waiting_at_the_head_of_its_stream():
+    """On a stream per unit, v1 waits 50 µs for the Cube while v2, queued behind it, could run
+    at once: the pass submits v2 first, and the replay (the emulator's timing) gets shorter."""
+    npu = load_device("ascend-910b")
+    program = rtgraph.parse(
+        """program blocked() {
+            buffer A : bytes[4096] at 0x0
+            buffer B : bytes[4096] at 0x1000
+            buffer C : bytes[4096] at 0x2000
+            c = kernel(unit = cube, us = 50, writes = [A])
+            v1 = kernel(unit = vector, us = 5, reads = [A], writes = [B])
+            v2 = kernel(unit = vector, us = 30, writes = [C])
+        }"""
+    )
+    options = CompileOptions(streams="by-unit", memory="none").for_device(npu)
+    graph = assign_streams(
+        find_hazards(plan_memory(lower(program, options), options), options), options
+    )
+    names = {t.name: t.id for t in graph.tasks}
+    assert list(graph.order) == [names["c"], names["v1"], names["v2"]]
+    replay = Replay(graph, dict(graph.stream_of))
+    before = replay.makespan(graph.order)
+    order, span, spent = unblock(replay, graph.order, 10)
+    assert order == [names["c"], names["v2"], names["v1"]]
+    assert span == replay.makespan(order) < before
+    # v2 now hides under c: what is left is c, then v1 (each with its launch)
+    cube, vector = npu.unit("cube").launch_us, npu.unit("vector").launch_us
+    assert span == pytest.approx(cube + 50 + vector + 5)
+    assert spent == 2  # the first replay, then the one move
+    assert unblock(replay, order, 10)[0] == order  # nothing left to undo

@@ -312,3 +312,43 @@ def test_tiles_write_their_slices_of_the_result_in_place():
     assert (windows[0][0], windows[-1][1]) == (region.offset, region.offset + region.size)
     assert check_races(compiled).ok
     _equal(rtgraph.run(compiled), rtgraph.evaluate(program))
+
+
+FFN = """program ffn(S = 1024, D = 768, F = 3072) {
+    input  x  : f16[S, D]
+    param  wo : f16[D, D]
+    param  g  : f16[D]
+    param  b  : f16[D]
+    param  w1 : f16[D, F]
+    param  w2 : f16[F, D]
+    r = x + x @ wo
+    output y = r + gelu(layernorm(r, g, b, axis = -1, eps = 1e-5) @ w1) @ w2
+}"""
+
+
+def test_a_chain_takes_in_the_layernorm_its_first_matmul_waits_for():
+    """A pre-norm feed-forward layer is one chain from its layernorm to its residual add: the
+    layernorm is cut into the same row tiles, so the first tile's matmul starts after one tile
+    of it (and the rows the chain before it cut flow on row by row), bit for bit. A layernorm
+    of a host input is left to stream_host_copies (its tiles follow the input's parts)."""
+    program = rtgraph.parse(FFN)
+    plans = plan_tiling(program, CompileOptions(opt_level=2).for_device(ASCEND))
+    assert [[n.op for n in p.chain] for p in plans] == [
+        ["matmul", "add"],
+        ["layernorm", "matmul", "gelu", "matmul", "add"],
+    ]
+    plan = plans[1]
+    assert plan.chosen.length == len(plan.chain) and plan.chosen.tiles > 1
+    direct = rtgraph.parse(FFN.replace("layernorm(r,", "layernorm(x,"))
+    options = CompileOptions(opt_level=2).for_device(ASCEND)
+    assert all(p.chain[0].op == "matmul" for p in plan_tiling(direct, options))
+    options = CompileOptions(opt_level=2, streams="by-unit")
+    compiled = rtgraph.compile(program, device="ascend-910b", options=options)
+    norms = [t.id for t in compiled.tasks if t.op == "layernorm"]
+    assert len(norms) == plan.chosen.tiles
+    first_matmul = next(t.id for t in compiled.tasks if "@ w1" in t.name)
+    assert check_races(compiled).ok
+    result = rtgraph.run(compiled)
+    records = {r.id: r for r in result.tasks}
+    assert records[first_matmul].start < records[norms[-1]].end  # not after the whole norm
+    _equal(result, rtgraph.evaluate(program))

@@ -3,13 +3,14 @@ independent axis into K tiles, emitted skewed so that tile i + 1's Cube work ove
 Vector work on a stream per unit.
 
 A *chain* is a run of movable ops, each reading the one before it as that value's only reader
-(scores → softmax → ·V → transpose → reshape → ·Wo is one). For every prefix of a chain, every
-axis of the prefix's result that :mod:`.split_axes` can carry back through every op, and every
-K in :data:`TILE_COUNTS` dividing that axis, the pass predicts the region's makespan with the
-cost model — each tile's tasks on their units in the skewed order, a stream per unit, then the
-concatenation and the rest of the chain — and keeps the fastest, if it beats the untiled chain
-by :data:`MIN_GAIN`. The tiles' working set (the intermediates of the tiles in flight) must
-fit in the device's memory beside what the program keeps resident.
+(scores → softmax → ·V → transpose → reshape → ·Wo is one), from a Cube op or from the one
+Vector op that Cube op waits for (layernorm → ·W1 → GELU → ·W2 → + r). For every prefix of
+a chain, every axis of the prefix's result that :mod:`.split_axes` can carry back through every
+op, and every K in :data:`TILE_COUNTS` dividing that axis, the pass predicts the region's
+makespan with the cost model — each tile's tasks on their units in the skewed order, a stream
+per unit, then the concatenation and the rest of the chain — and keeps the fastest, if it
+beats the untiled chain by :data:`MIN_GAIN`. The tiles' working set (the intermediates of the
+tiles in flight) must fit in the device's memory beside what the program keeps resident.
 
 Tiles read their operands through ``slice`` views (no copies) and the tiles' results are joined
 by one ``concat`` under the chain's result name, so every pinned name survives.
@@ -47,6 +48,8 @@ TILE_COUNTS = (2, 3, 4, 6, 8, 12, 16)
 #: The most ops one chain holds: a longer run of single-reader ops is cut into chains of this
 #: length, so planning costs a bounded amount per op.
 MAX_CHAIN = 12
+#: The most Vector ops a chain takes in before its first Cube op.
+MAX_LEAD = 1
 #: A tiling is kept only when its predicted makespan is at most this share of the untiled one.
 MIN_GAIN = 0.98
 
@@ -80,10 +83,19 @@ def _on_cube(node: OpNode) -> bool:
 
 
 def chains(program: Program) -> list[tuple[OpNode, ...]]:
-    """The maximal chains that start with a Cube op and hold a Vector op, in program order."""
+    """The maximal chains that hold a Vector op and whose first Cube op is preceded by at most
+    :data:`MAX_LEAD` Vector ops, in program order.
+
+    The lead-in is the Vector work a Cube op waits for (a layernorm before a projection): in
+    the chain it is cut into tiles too, so the first tile's matmul starts after one tile of it,
+    and a chain cut into rows upstream (a residual add's tiles) flows into this one row by row.
+    A lead-in that reads a host input is left to :mod:`.stream_host_copies`, whose row tiles
+    follow the parts the input crosses the link in.
+    """
     if not movable_ops(program):
         return []
     keep, count, reader = pinned(program), uses(program), readers(program)
+    producer = {n.output: n for n in program.nodes if isinstance(n, OpNode)}
     taken: set[str] = set()
     found = []
     for node in program.nodes:
@@ -91,6 +103,19 @@ def chains(program: Program) -> list[tuple[OpNode, ...]]:
             continue
         assert isinstance(node, OpNode)
         chain = [node]
+        while len(chain) <= MAX_LEAD and chain[0].inputs:
+            lead = producer.get(chain[0].inputs[0])
+            if (
+                lead is None
+                or any(program.tensors[i].kind == "input" for i in lead.inputs)
+                or not movable(lead)
+                or lead.output in taken
+                or lead.output in keep
+                or count.get(lead.output) != 1
+                or not _vector_compute(lead)
+            ):
+                break
+            chain.insert(0, lead)
         while (
             len(chain) < MAX_CHAIN
             and chain[-1].output not in keep

@@ -9,6 +9,14 @@ shared max-min fairly) on the same event engine; no host, no event latency — a
 order by local search: a task moves up to :data:`WINDOW` places earlier or later, past tasks
 it has no edge with, and the move is kept if the replayed makespan does not grow. The search
 is seeded and counts replays, never seconds, so the same graph always gives the same order.
+
+Random moves seldom find the one that matters most on in-order streams: *head-of-line
+blocking*, a task that waits for its inputs at the head of its stream while the task queued
+behind it has had its inputs for a while (a softmax held up behind a layout copy whose matmul
+has not finished; a second matmul behind one waiting for the Vector). Before the random moves,
+:func:`unblock` replays the order, finds every such pair and tries the later task just before
+the blocked one, most-blocked first, keeping a move that shortens the replay — a deterministic
+pass of at most :data:`UNBLOCK_REPLAYS` replays.
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ from rtgraph.timing.task_costs import HbmTimer, TaskCosts, set_costs
 
 #: How far (in submission positions) one move may carry a task.
 WINDOW = 12
+#: The most replays :func:`unblock` spends (each tries one head-of-line move).
+UNBLOCK_REPLAYS = 200
 
 
 def dag_costs(graph: TaskGraph) -> TaskCosts:
@@ -131,7 +141,8 @@ def improve_order(
     if replays <= 0 or len(best) < 2:
         return best
     edges = graph.dag
-    current = replay.makespan(best)
+    best, current, spent = unblock(replay, best, min(replays, UNBLOCK_REPLAYS))
+    replays -= spent
     rng = random.Random(seed)
     n = len(best)
     for _ in range(replays):
@@ -152,3 +163,65 @@ def improve_order(
         if span <= current:
             best, current = candidate, span
     return best
+
+
+def unblock(replay: Replay, order: Sequence[int], replays: int) -> tuple[list[int], float, int]:
+    """``order`` with head-of-line blocks undone where that shortens the replay (see the module
+    docstring); returns the order, its replayed makespan and the replays spent.
+
+    A block is a task ``b`` queued on a stream right behind ``a`` whose inputs were all done
+    before ``a``'s were: ``b`` then moves to just before ``a`` in the submission order (if no
+    task in between is one of its predecessors, so the order stays topological). Candidates are
+    tried by how long ``b`` sat ready, longest first; after a kept move the replay is redone.
+    """
+    best = list(order)
+    start, end = replay.timeline(best)
+    current = max(end.values(), default=0.0)
+    spent = 1
+    if len(end) < len(best):  # the order deadlocks on its streams: nothing to compare against
+        return best, current, spent
+    tried: set[tuple[int, int]] = set()
+    while spent < replays:
+        moved = False
+        for a, b in _blocked_pairs(replay, best, start, end):
+            if (a, b) in tried:
+                continue
+            tried.add((a, b))
+            i, j = best.index(a), best.index(b)
+            between = set(best[i:j])
+            if any(p in between for p in replay.preds[b]):
+                continue
+            candidate = [*best[:i], b, *best[i:j], *best[j + 1 :]]
+            spent += 1
+            new_start, new_end = replay.timeline(candidate)
+            span = max(new_end.values(), default=0.0)
+            if span < current and len(new_end) == len(best):
+                best, current, start, end = candidate, span, new_start, new_end
+                moved = True
+                break
+            if spent >= replays:
+                break
+        if not moved:
+            break
+    return best, current, spent
+
+
+def _blocked_pairs(
+    replay: Replay, order: Sequence[int], start: dict[int, float], end: dict[int, float]
+) -> list[tuple[int, int]]:
+    """Pairs (a, b) adjacent on one stream, ``b`` after ``a``, where ``b``'s inputs were done
+    before ``a``'s: the longest-blocked first."""
+    ready = {t: max((end[p] for p in replay.preds[t]), default=0.0) for t in order if t in end}
+    last: dict[int, int] = {}
+    pairs: list[tuple[float, int, int]] = []
+    for t in order:
+        s = replay.stream_of[t]
+        a = last.get(s)
+        last[s] = t
+        if a is None or a not in ready or t not in ready:
+            continue
+        gain = start[a] - ready[t]  # how long t sat ready before a could even start
+        if ready[t] < ready[a] and gain > 0:
+            pairs.append((-gain, a, t))
+    pairs.sort()
+    return [(a, b) for _, a, b in pairs]
