@@ -27,6 +27,7 @@ from rtgraph.compiler.memplan import (
     greedy_by_size,
     plan,
 )
+from rtgraph.compiler.memplan.exact import fill_within
 from rtgraph.compiler.memplan.greedy import PREORDERS, preorder_ranks
 from rtgraph.compiler.memplan.search import Outcome, fits_within
 from rtgraph.errors import InputError
@@ -114,6 +115,61 @@ def test_the_search_never_misses_a_tiling(seed, n):
     for heuristic, tight in itertools.product(PREORDERS, (True, False)):
         result = fits_within(problem, preorder_ranks(problem, heuristic), 64, 10**6, tight=tight)
         assert result.outcome is Outcome.FOUND
+
+
+def fill_placement(records: list[Record], offsets: np.ndarray, capacity: int) -> Placement:
+    """The fill's offsets as a placement claiming ``capacity``, for check_placement."""
+    mapping = {r.id: int(o) for r, o in zip(records, offsets, strict=True)}
+    return Placement(mapping, capacity, 0, "search/fill")
+
+
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(2, 40), shuffle=st.sampled_from([None, 7]))
+def test_the_fill_finds_every_tiling(seed, n, shuffle):
+    # Every section of a tiling is full, so the byte at the lowest point of the skyline can only
+    # be taken by a record starting there: the fill is complete at max-live and must find a
+    # plan there, whatever its tie-break (backjumps over independent components included).
+    records = tiling(n, seed)
+    result = fill_within(build_problem(records), 64, 10**7, seed=shuffle)
+    assert result.outcome is Outcome.FOUND
+    assert check_placement(records, fill_placement(records, result.offsets, 64)) == []
+
+
+@settings(max_examples=80, deadline=None)
+@given(records=records_strategy, extra=st.integers(0, 40), shuffle=st.sampled_from([None, 3]))
+def test_fill_plans_fit_and_the_fill_never_claims_infeasible(records, extra, shuffle):
+    # Where bytes may be wasted the fill is a heuristic: whatever it finds must be a sound plan
+    # under the capacity, it never claims that none exists (only the lower bound can), and
+    # below the brute-force optimum it must come back empty-handed.
+    problem = build_problem(records)
+    capacity = problem.lower_bound + extra
+    result = fill_within(problem, capacity, 20_000, seed=shuffle)
+    assert result.outcome in (Outcome.FOUND, Outcome.BUDGET)
+    if result.outcome is Outcome.FOUND:
+        placement = fill_placement(records, result.offsets, capacity)
+        assert check_placement(records, placement) == []
+    if len(records) <= 6 and capacity < brute_force_optimum(records):
+        assert result.outcome is Outcome.BUDGET
+    if problem.lower_bound > 0:
+        below = fill_within(problem, problem.lower_bound - 1, 20_000)
+        assert below.outcome is Outcome.INFEASIBLE
+
+
+def test_the_fill_is_deterministic_and_keeps_its_nogoods():
+    records = tiling(40, 5)
+    problem = build_problem(records)
+    first = fill_within(problem, 64, 10**6)
+    again = fill_within(problem, 64, 10**6)
+    assert first.nodes == again.nodes and np.array_equal(first.offsets, again.offsets)
+    # At a capacity with no plan (the gap instance at its max-live, 5; its optimum is 6) the
+    # exhausted search leaves its failed states behind, and a second run with them ends sooner.
+    gap = [Record(f"g{k}", a, b, s) for k, (a, b, s) in enumerate(GAP_INSTANCE)]
+    nogoods: dict[int, tuple[int, int]] = {}
+    gap_problem = build_problem(gap)
+    one = fill_within(gap_problem, 5, 10**6, nogoods=nogoods)
+    two = fill_within(gap_problem, 5, 10**6, nogoods=nogoods)
+    assert one.outcome is two.outcome is Outcome.BUDGET
+    assert one.nodes < 10**6 and two.nodes < one.nodes and nogoods
 
 
 def test_the_gap_instance_is_proven_above_max_live():

@@ -14,14 +14,22 @@ every record fit under a capacity? :func:`solve` asks it over and over:
    what is left — nogoods kept from the earlier rounds (below) make the second pass cheaper.
 
 Each probe tries its strategies round-robin with doubling node limits, as MiniMalloc does with
-its preorders, so whichever suits the instance finishes early. A strategy is a preorder and a
-mode of the search: with the branch on tight sections (and the order kept across splits), or
-as MiniMalloc searches (see :func:`~rtgraph.compiler.memplan.search.fits_within`). Neither
-mode dominates: on MiniMalloc's instance A and on guillotine tilings the first finds plans at
-the lower bound that the second misses within 8 CPU seconds, on instance K and other tilings
-the reverse. The search remembers failed node states (*nogoods*) per strategy; a nogood found
-under a capacity holds under any smaller one, so a strategy's nogoods are kept while the
-capacity only falls.
+its preorders, so whichever suits the instance finishes early. The complete search's
+strategies are a preorder and a mode: with the branch on tight sections (and the order kept
+across splits), or as MiniMalloc searches (see
+:func:`~rtgraph.compiler.memplan.search.fits_within`). After them, in every round, comes the
+*skyline fill* (:func:`fill_within`, below), a search that finds plans but cannot prove that
+none exists: once in its own order, resuming where it stopped (twice the limit), then with a
+fresh shuffled tie-break (half the limit). Last, so that a small budget (the compiler's) is
+spent as before the fill existed, on the strategies that find most of its plans. No strategy
+dominates: on MiniMalloc's instance A and on guillotine tilings the tight mode finds plans at
+the lower bound that MiniMalloc's misses within 8 CPU seconds, on instance K and other tilings
+the reverse; alone, the fill packs MiniMalloc's D at the capacity (6,714 placements, 2.3 CPU
+s) and the benchmark's 1,000-buffer tiling (seed 0) at its optimum (2,640, 1.3 s), which the
+complete search misses in 30 s and 10 s. The searches remember failed node states
+(*nogoods*); a nogood of the complete search found under a capacity holds under any smaller
+one, so a strategy's nogoods are kept while the capacity only falls; the fill keeps its own
+for one capacity.
 
 It stops at a proof (height = lower bound) or when the work budget (search placements) or the
 time limit runs out, with the best plan found. The answer says whether it is ``proven``. Under
@@ -37,11 +45,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from rtgraph.compiler.memplan.greedy import PREORDERS, height_of, preorder_ranks
+from rtgraph.compiler.memplan.greedy import PREORDERS, height_of, preorder_ranks, range_max
 from rtgraph.compiler.memplan.problem import Problem
-from rtgraph.compiler.memplan.search import Outcome, fits_within
+from rtgraph.compiler.memplan.search import Outcome, SearchResult, fits_within, section_minima
 
-__all__ = ["BISECT_SHARE", "FIRST_SHARE", "ExactResult", "solve"]
+_INF = np.iinfo(np.int64).max
+
+__all__ = ["BISECT_SHARE", "FIRST_SHARE", "ExactResult", "fill_within", "solve"]
 
 #: The share of the work and time left that the first probe of a round, at the lower bound,
 #: may take: most instances have their optimum there (8 of MiniMalloc's 11), and a plan there
@@ -49,6 +59,15 @@ __all__ = ["BISECT_SHARE", "FIRST_SHARE", "ExactResult", "solve"]
 FIRST_SHARE = 0.5
 #: The share each bisection probe may take of what is left.
 BISECT_SHARE = 1 / 3
+#: Runs of the skyline fill with shuffled tie-breaks in each round of a probe, after the one
+#: that breaks ties by size then lifetime (and resumes where it stopped, by its nogoods). Its
+#: searches are heavy-tailed: on MiniMalloc's instances a fresh shuffle (seeds 1, 2, 3, ...
+#: in turn, so the plan is still deterministic) often finds at once what the first misses.
+#: The shuffled runs get half the node limit of a complete-search strategy, the resuming run
+#: twice it: more fill runs starved the strategies that find A and G.
+FILL_SHUFFLES = 1
+#: Failed states the skyline fill remembers per capacity (about 150 bytes each).
+MAX_FILL_NOGOODS = 200_000
 
 
 @dataclass(frozen=True)
@@ -123,6 +142,8 @@ class _State:
         ranks = {h: preorder_ranks(problem, h) for h in PREORDERS}
         self.strategies = [(h, tight, ranks[h]) for h in PREORDERS for tight in (True, False)]
         self.nogoods: dict[tuple[str, bool], tuple[int, dict[int, int]]] = {}  # → (cap, set)
+        self.fill_nogoods: tuple[int, dict[int, tuple[int, int]]] = (-1, {})  # capacity, states
+        self.fill_done = -1  # a capacity the fill exhausted: no use retrying it there
         self.stop_at = stop_at
         self.clock = clock
         self.nodes = 0
@@ -146,6 +167,7 @@ class _State:
         deadline = None if stop is None else (lambda: self.clock() >= stop)
         used = 0
         limit = 2 * max(self.problem.n, 1)
+        shuffles = iter(range(1, 2**62))
         while used < budget and not (deadline is not None and deadline()):
             for heuristic, tight, rank in self.strategies:
                 step = min(limit, budget - used)
@@ -167,8 +189,36 @@ class _State:
                     return (result.offsets, name), result.outcome, used
                 if result.outcome is Outcome.INFEASIBLE:
                     return None, result.outcome, used
+            seeds = [None] + [next(shuffles) for _ in range(FILL_SHUFFLES)]
+            for seed in seeds:
+                step = min(limit * 2 if seed is None else limit // 2, budget - used)
+                if capacity == self.fill_done or step <= 0:
+                    break
+                result = fill_within(
+                    self.problem,
+                    capacity,
+                    step,
+                    deadline=deadline,
+                    nogoods=self._fill_nogoods(capacity),
+                    seed=seed,
+                )
+                used += result.nodes
+                self.nodes += result.nodes
+                if result.outcome is Outcome.FOUND:
+                    name = "search/fill" + ("" if seed is None else f"#{seed}")
+                    return (result.offsets, name), result.outcome, used
+                if result.nodes < step and not (deadline is not None and deadline()):
+                    self.fill_done = capacity  # exhausted: the fill has nothing more here
             limit *= 2
         return None, Outcome.BUDGET, used
+
+    def _fill_nogoods(self, capacity: int) -> dict[int, tuple[int, int]]:
+        """The fill's failed states, kept between the probes of one capacity."""
+        kept_cap, found = self.fill_nogoods
+        if kept_cap != capacity:
+            found = {}
+        self.fill_nogoods = (capacity, found)
+        return found
 
     def _nogoods(self, strategy: tuple[str, bool], capacity: int) -> dict[int, int]:
         """The strategy's nogoods, if all were found under a capacity at least as large.
@@ -180,3 +230,245 @@ class _State:
         found = {} if kept is None or kept[0] < capacity else kept[1]
         self.nogoods[strategy] = (capacity, found)
         return found
+
+
+# --- the skyline fill ---------------------------------------------------------------------------
+
+
+def fill_within(
+    problem: Problem,
+    capacity: int,
+    budget: int,
+    *,
+    deadline: Callable[[], bool] | None = None,
+    nogoods: dict[int, tuple[int, int]] | None = None,
+    seed: int | None = None,
+) -> SearchResult:
+    """Look for a plan of height ``<= capacity`` by filling the skyline from its lowest point.
+
+    A depth-first search over *bottom-left* placements, after the skyline algorithms of
+    strip packing (and TelaMalloc's sweep): the state is the placed records' top per section
+    (the skyline). At the leftmost lowest stretch of the skyline, level ``h`` over sections
+    ``[t0, t1)``, the byte at ``(t0, h)`` is either taken by a record that starts at ``t0`` and
+    ends by ``t1`` — it sits flush at ``h``, and its neighbours being higher, nothing else can
+    — or left empty, raising the section to the next level something can start at (only
+    where the section has bytes to spare). Records with the same lifetime and size are tried
+    once; a record whose top meets the skyline next to it (or whose end closes the stretch) is
+    tried first. Pruned by MiniMalloc's inferences on the skyline: a record whose lowest
+    offset (the highest skyline over its life) plus its size exceeds the capacity, or a
+    section whose lowest offset any record there can take plus the sizes still to place
+    there does not fit, ends the branch; a placement that would leave a full section to its
+    right with no record able to start there is not tried. The stretch is taken in the
+    leftmost *component* not yet filled — sections no unplaced record crosses out of, whose
+    filling is independent of the rest — and a component found unfillable backjumps past
+    every choice made outside it (MiniMalloc's temporal decomposition, applied as the
+    search goes).
+
+    This finds plans at a tight capacity (max-live, where every byte of a full section must
+    be used) far sooner than the canonical search on tilings and on several of MiniMalloc's
+    instances, but it is not complete where bytes may be wasted, so it never answers
+    INFEASIBLE: an exhausted search says BUDGET with fewer placements than allowed. Failed
+    states (a hash of the placed set and of the levels wasted, with the component that
+    failed) go into ``nogoods``, which the caller may keep between calls at the same capacity:
+    they do not depend on the tie-break. ``seed`` shuffles the ties between equally good
+    options (None: larger, then longer-lived, first). Deterministic.
+    """
+    fill = _Fill(problem, int(capacity), nogoods if nogoods is not None else {}, seed)
+    return fill.run(int(budget), deadline)
+
+
+class _Fill:
+    """One fill search (see :func:`fill_within`): the skyline, the records left, the stack."""
+
+    def __init__(
+        self,
+        problem: Problem,
+        capacity: int,
+        nogoods: dict[int, tuple[int, int]],
+        seed: int | None,
+    ) -> None:
+        p = problem
+        self.p, self.cap, self.nogoods = p, capacity, nogoods
+        n_sec = self.n_sec = p.n_sections
+        self.act = np.flatnonzero(p.active)
+        self.slo_l, self.shi_l = p.section_lo.tolist(), p.section_hi.tolist()
+        self.size_l = p.size.tolist()
+        width = p.upper - p.lower
+        act = self.act
+        order = act[np.lexsort((act, -width[act], -p.size[act]))]
+        self.by_start: list[list[int]] = [[] for _ in range(n_sec + 1)]
+        for i in order.tolist():
+            self.by_start[self.slo_l[i]].append(i)
+        self.floor = np.zeros(n_sec + 1, dtype=np.int64)  # top of the placed records
+        self.floor[n_sec] = _INF  # a sentinel: no record lives past the last section
+        self.remaining = np.zeros(n_sec + 1, dtype=np.int64)  # sizes still to place
+        self.remaining[:n_sec] = p.section_total
+        # cross[b]: unplaced records living on both sides of boundary b (before section b).
+        cross = np.zeros(n_sec + 2, dtype=np.int64)
+        np.add.at(cross, p.section_lo[act] + 1, 1)
+        np.add.at(cross, p.section_hi[act], -1)
+        self.cross = np.cumsum(cross)[: n_sec + 1]
+        self.placed = ~p.active
+        self.offsets = np.zeros(p.n, dtype=np.int64)
+        rng = np.random.default_rng(0x5EED)
+        self.zobrist = rng.integers(1, 2**63, p.n, dtype=np.int64).tolist()
+        # Ties between equally good options: by size, then life (None), or shuffled.
+        self.tie = None if seed is None else np.random.default_rng(seed).random(p.n).tolist()
+
+    def run(self, budget: int, deadline: Callable[[], bool] | None) -> SearchResult:
+        p, cap = self.p, self.cap
+        if len(self.act) == 0 or p.n_sections == 0:
+            return SearchResult(Outcome.FOUND, self.offsets.copy(), 0)
+        if p.lower_bound > cap:
+            return SearchResult(Outcome.INFEASIBLE, None, 0)
+        left, nodes = len(self.act), 0
+        # A frame: [options, next option, the option applied (its undo), state, lo, hi] for
+        # the component [lo, hi) of sections its options lie in.
+        stack: list[list] = [self._options()]
+        while stack:
+            f = stack[-1]
+            if f[2] is not None:
+                left += self._undo(f[2])
+                f[2] = None
+            if f[1] == len(f[0]):
+                # Exhausted: the component [lo, hi) has no completion from here. The frames
+                # below whose option lies outside it cannot change that: undo them unasked.
+                stack.pop()
+                lo, hi = f[4], f[5]
+                if len(self.nogoods) < MAX_FILL_NOGOODS:
+                    self.nogoods.setdefault(f[3], (lo, hi))
+                while stack and stack[-1][2] is not None:
+                    _, a, b, _ = stack[-1][2]
+                    if a < hi and b > lo:
+                        break
+                    left += self._undo(stack.pop()[2])
+                continue
+            if nodes >= budget or (deadline is not None and not nodes & 255 and deadline()):
+                return SearchResult(Outcome.BUDGET, None, nodes)
+            nodes += 1
+            i, t0, level = f[0][f[1]]
+            f[1] += 1
+            state = f[3]
+            if i >= 0:  # place record i at the level
+                a, b = self.slo_l[i], self.shi_l[i]
+                f[2] = (i, a, b, self.floor[a:b].copy())
+                self.floor[a:b] = level + self.size_l[i]
+                self.remaining[a:b] -= self.size_l[i]
+                self.cross[a + 1 : b] -= 1
+                self.placed[i] = True
+                self.offsets[i] = level
+                left -= 1
+                state ^= self.zobrist[i]
+                if left == 0:
+                    return SearchResult(Outcome.FOUND, self.offsets.copy(), nodes)
+            else:  # leave section t0 empty up to the level
+                f[2] = (-1, t0, t0 + 1, self.floor[t0 : t0 + 1].copy())
+                state ^= hash((t0, int(self.floor[t0]), level))
+                self.floor[t0] = level
+            known = self.nogoods.get(state)
+            if known is not None:
+                stack.append([[], 0, None, state, *known])
+            elif i >= 0:
+                c = p.conflict_idx[p.conflict_ptr[i] : p.conflict_ptr[i + 1]]
+                stack.append(self._options(state, c))
+            else:
+                live = (p.section_lo <= t0) & (p.section_hi > t0)
+                stack.append(self._options(state, np.flatnonzero(live)))
+        return SearchResult(Outcome.BUDGET, None, nodes)
+
+    def _undo(self, undo: tuple) -> int:
+        """Take back a frame's option; 1 when it had placed a record, else 0."""
+        i, a, b, old = undo
+        self.floor[a:b] = old
+        if i < 0:
+            return 0
+        self.remaining[a:b] += self.size_l[i]
+        self.cross[a + 1 : b] += 1
+        self.placed[i] = False
+        return 1
+
+    def _component(self, s: int) -> tuple[int, int]:
+        """The sections ``[lo, hi)`` around section ``s`` that no unplaced record crosses out
+        of: what happens there is independent of every other section."""
+        cross = self.cross
+        lo = s - int(np.argmax(cross[s::-1] == 0))  # cross[0] is 0
+        hi = s + 1 + int(np.argmax(cross[s + 1 :] == 0))  # cross[n_sec] is 0
+        return lo, hi
+
+    def _dead(self, near: np.ndarray | None) -> int:
+        """A section where no plan under the capacity completes this state, or -1.
+
+        MiniMalloc's inferences on the skyline: a record's lowest offset is the highest
+        skyline over its life, and it fails when that plus its size exceeds the capacity
+        (spatial); a section fails when the lowest offset any record there can take plus the
+        sizes still to place there exceeds it (section inference). Only the sections of the
+        records in ``near`` (None: all), whose lowest offsets the last step may have raised,
+        are checked: nothing else changed.
+        """
+        p, n_sec = self.p, self.n_sec
+        u = np.flatnonzero(~self.placed)
+        if near is not None:
+            near = near[~self.placed[near]]
+            if len(near) == 0:
+                return -1
+            a, b = int(p.section_lo[near].min()), int(p.section_hi[near].max())
+            u = u[(p.section_lo[u] < b) & (p.section_hi[u] > a)]
+        else:
+            a, b = 0, n_sec
+        slo, shi = p.section_lo[u], p.section_hi[u]
+        lowest = range_max(self.floor[:n_sec], slo, shi)
+        over = np.flatnonzero(lowest + p.size[u] > self.cap)
+        if len(over):
+            return int(slo[over[0]])
+        rem = self.remaining[a:b]
+        low = section_minima(p.section_lo, p.section_hi, u, lowest, a, b)
+        bad = np.flatnonzero((low + rem > self.cap) & (rem > 0))
+        return a + int(bad[0]) if len(bad) else -1
+
+    def _options(self, state: int = 0, near: np.ndarray | None = None) -> list:
+        """A new frame for this state: the branches at the lowest stretch of the skyline in
+        the leftmost unfinished component, best first, as ``(record, section, level)``
+        (record -1 leaves the section empty up to the level); none when the state is dead."""
+        dead = self._dead(near)
+        if dead >= 0:
+            return [[], 0, None, state, *self._component(dead)]
+        floor, remaining, cap = self.floor, self.remaining, self.cap
+        placed, shi_l, size_l = self.placed, self.shi_l, self.size_l
+        lo, hi = self._component(int(np.argmax(remaining > 0)))
+        masked = np.where(remaining[lo:hi] > 0, floor[lo:hi], _INF)
+        t0 = lo + int(np.argmin(masked))
+        h = int(floor[t0])
+        rest = masked[t0 - lo + 1 :] != h
+        t1 = t0 + 1 + int(np.argmax(rest)) if rest.any() else hi
+        room = cap - h
+        lf = int(floor[t0 - 1]) if t0 > 0 else -1
+        rf = int(floor[t1]) if t1 < self.n_sec else -1
+        seen: set[tuple[int, int]] = set()
+        ranked = []
+        for i in self.by_start[t0]:
+            if placed[i]:
+                continue
+            e, z = shi_l[i], size_l[i]
+            if e > t1 or z > room or (e, z) in seen:
+                continue
+            seen.add((e, z))
+            # Section e, left at h below i's top, is full: a record must start there at h.
+            if e < t1 and h + remaining[e] == cap:
+                after = self.by_start[e]
+                if not any(not placed[j] and size_l[j] <= room and shi_l[j] <= t1 for j in after):
+                    continue
+            top = h + z
+            tie = len(ranked) if self.tie is None else self.tie[i]
+            ranked.append((-((top == lf) + (e == t1) + (top == rf)), tie, i))
+        ranked.sort()
+        options = [(i, t0, h) for _, _, i in ranked]
+        spare = cap - h - int(remaining[t0])
+        if spare > 0:  # or leave (t0, h) empty: up to where the next record could start
+            level = lf if lf > h else _INF
+            for i in self.by_start[t0]:
+                if not placed[i]:
+                    at = int(floor[t0 : shi_l[i]].max())
+                    if h < at < level:
+                        level = at
+            options.append((-1, t0, min(level, h + spare)))
+        return [options, 0, None, state, lo, hi]

@@ -16,10 +16,12 @@ Methods (all deterministic: same records, same offsets):
     milliseconds for a thousand tensors.
 ``"exact"``
     The portfolio's best as the incumbent, then branch and bound over canonical placements
-    (:mod:`rtgraph.compiler.memplan.exact` driving :mod:`rtgraph.compiler.memplan.search`):
-    first for a plan at the lower bound, then bisecting on the capacity, until the plan is
-    proven optimal or the time limit (default :data:`DEFAULT_TIME_LIMIT`) runs out. The
-    placement says whether it is ``proven`` and gives the best lower bound proved.
+    (:mod:`rtgraph.compiler.memplan.exact` driving :mod:`rtgraph.compiler.memplan.search`),
+    alternating with a skyline fill that finds some tight plans the search misses but proves
+    nothing (:func:`~rtgraph.compiler.memplan.exact.fill_within`): first for a plan at the
+    lower bound, then bisecting on the capacity, until the plan is proven optimal or the time limit
+    (default :data:`DEFAULT_TIME_LIMIT`) runs out. The placement says whether it is
+    ``proven`` and gives the best lower bound proved.
 ``"best"``
     The same search under a fixed number of placements (``budget``, default
     :data:`DEFAULT_BUDGET`) and no time limit, so its answer never depends on the machine:

@@ -494,31 +494,42 @@ class _Search:
         """Per section of ``[lo, hi)``, the least ``low`` of the records ``u`` living there.
 
         Sections no record covers get the int64 maximum. With the cover matrix, one masked
-        minimum over ``k × S`` cells; without, each record's span is covered by two
-        power-of-two blocks (as in a sparse table), minima are scattered onto the blocks and
-        pushed down level by level: ``O(k + S log S)`` for ``k`` records and ``S`` sections.
+        minimum over ``k × S`` cells; without, :func:`section_minima`.
         """
         if self.cover is not None:
             return np.where(self.cover[u, lo:hi], low[:, None], _INF).min(axis=0)
-        n = hi - lo
-        first = np.maximum(self.slo[u], lo) - lo  # spans clipped to [lo, hi)
-        end = np.minimum(self.shi[u], hi) - lo
-        level = (np.frexp((end - first).astype(np.float64))[1] - 1).astype(np.int64)
-        depth = int(level.max()) + 1
-        table = np.full((depth, n), _INF, dtype=np.int64)
-        base = level * n
-        np.minimum.at(
-            table.reshape(-1),
-            np.concatenate((base + first, base + end - (1 << level))),
-            np.concatenate((low, low)),
-        )
-        for j in range(depth - 1, 0, -1):
-            width = n - (1 << j) + 1
-            if width <= 0:
-                continue
-            half = 1 << (j - 1)
-            row = table[j, :width]
-            below = table[j - 1]
-            np.minimum(below[:width], row, out=below[:width])
-            np.minimum(below[half : half + width], row, out=below[half : half + width])
-        return table[0]
+        return section_minima(self.slo, self.shi, u, low, lo, hi)
+
+
+def section_minima(
+    slo: np.ndarray, shi: np.ndarray, u: np.ndarray, low: np.ndarray, lo: int, hi: int
+) -> np.ndarray:
+    """Per section of ``[lo, hi)``, the least ``low[k]`` of the records ``u[k]`` living there.
+
+    Records live over the sections ``[slo, shi)`` (each overlapping ``[lo, hi)``); sections no
+    record covers get the int64 maximum. Each record's span, clipped, is covered by two
+    power-of-two blocks, as in a sparse table; minima are scattered onto the blocks and pushed
+    down level by level: ``O(k + S log S)`` for ``k`` records and ``S`` sections.
+    """
+    n = hi - lo
+    first = np.maximum(slo[u], lo) - lo
+    end = np.minimum(shi[u], hi) - lo
+    level = (np.frexp((end - first).astype(np.float64))[1] - 1).astype(np.int64)
+    depth = int(level.max()) + 1
+    table = np.full((depth, n), _INF, dtype=np.int64)
+    base = level * n
+    np.minimum.at(
+        table.reshape(-1),
+        np.concatenate((base + first, base + end - (1 << level))),
+        np.concatenate((low, low)),
+    )
+    for j in range(depth - 1, 0, -1):
+        width = n - (1 << j) + 1
+        if width <= 0:
+            continue
+        half = 1 << (j - 1)
+        row = table[j, :width]
+        below = table[j - 1]
+        np.minimum(below[:width], row, out=below[:width])
+        np.minimum(below[half : half + width], row, out=below[half : half + width])
+    return table[0]
