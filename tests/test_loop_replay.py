@@ -74,6 +74,24 @@ def test_a_loop_of_real_ops_with_temporaries_and_constants_is_replayed(monkeypat
     assert _same(CARRIED.format(body=body), monkeypatch) == 6 - 2
 
 
+def test_fused_blocks_and_kernel_footprints_in_a_loop_are_replayed(monkeypatch):
+    text = """
+program p(N = 6) {
+    input a: f32[4, 8]
+    buffer B : bytes[4096]
+    x = relu(a)
+    t = kernel(unit = vector, us = 1, writes = [B])
+    for i in 0..N {
+        x = fused { s = x * 0.5
+                    return relu(s) }
+        t = kernel(unit = dma, us = 2, reads = [B], writes = [B], after = [t])
+    }
+    output x
+}
+"""
+    assert _same(text, monkeypatch) == 6 - 2
+
+
 def test_a_body_that_reads_its_loop_variable_is_checked_in_full(monkeypatch):
     body = """
         y = x * (i + 1)

@@ -10,7 +10,7 @@ compiler, the interpreter and the emulator agree on what is a view by constructi
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import MISSING, dataclass, field, fields, replace
 from itertools import pairwise
 from typing import TYPE_CHECKING
 
@@ -369,38 +369,55 @@ class _Builder:
         return offset, offset + t.type.nbytes
 
     def kernel(self, node: OpNode, t_out: Tensor) -> None:
+        """A synthetic kernel: its footprint's storages, its ``after=`` edges, its token.
+
+        The commonest task of generated programs (a million-kernel DAG is nothing else), so
+        :meth:`add`'s work is done here directly: no inputs to trace, its writes only raw
+        buffers, and its attributes shared with the node (no pass changes a task's attrs).
+        """
         attrs = node.attrs
         views, storages = self.views, self.storages
         named = attrs.get("reads")
         reads = tuple(dict.fromkeys(views[n].base for n in named)) if named else ()
         named = attrs.get("writes")
         writes = tuple(dict.fromkeys(views[n].base for n in named)) if named else ()
-        task = self.add(
-            build(
-                DagTask,
-                {
-                    "id": len(self.tasks),
-                    "name": t_out.label,
-                    "op": "kernel",
-                    "unit": str(attrs["unit"]),
-                    "inputs": (),
-                    "output": None,
-                    "reads": reads,
-                    "writes": writes,
-                    "bytes_read": sum(storages[n].nbytes for n in reads),
-                    "bytes_written": sum(storages[n].nbytes for n in writes),
-                    "block_dim": int(attrs.get("block_dim", 1)),
-                    "attrs": {k: v for k, v in attrs.items() if k != "block_dim"}
-                    if "block_dim" in attrs
-                    else dict(attrs),
-                    "duration_us": float(attrs["us"]),
-                    "stream": node.stream,
-                    "span": node.span,
-                },
-            ),
-            after=node.after,
+        task_id = len(self.tasks)
+        task = object.__new__(DagTask)
+        task.__dict__.update(_KERNEL_DEFAULTS)
+        task.__dict__.update(
+            id=task_id,
+            name=t_out.label,
+            unit=str(attrs["unit"]),
+            reads=reads,
+            writes=writes,
+            bytes_read=sum([storages[n].nbytes for n in reads]) if reads else 0,
+            bytes_written=sum([storages[n].nbytes for n in writes]) if writes else 0,
+            block_dim=int(attrs.get("block_dim", 1)),
+            attrs={k: v for k, v in attrs.items() if k != "block_dim"}
+            if "block_dim" in attrs
+            else attrs,
+            duration_us=float(attrs["us"]),
+            stream=node.stream,
+            span=node.span,
         )
-        self.writers[node.output] = [(0, 0, task)]  # its token: what `after=` waits for
+        self.tasks.append(task)
+        self.script.append(task_id)
+        dag = self.dag
+        dag.add_node()
+        if node.after:
+            pred, succ, writers = dag.pred[task_id], dag.succ, self.writers
+            for name in node.after:
+                for src in (
+                    [k for _, _, k in writers.get(name, ())]
+                    if name not in views
+                    else self.producers_of(name)
+                ):
+                    if src not in pred:
+                        succ[src].append(task_id)
+                    pred[src] = "after"
+        if writes:
+            self.wrote(task)
+        self.writers[node.output] = [(0, 0, task_id)]  # its token: what `after=` waits for
 
     def send(self, node: OpNode, t_out: Tensor) -> None:
         """A transfer's sending half: reads its operand, writes nothing here (the bytes land
@@ -491,6 +508,15 @@ def _sorted_preds(dag: Dag) -> Dag:
         if any(a > b for a, b in pairwise(keys)):
             dag.pred[k] = {p: pred[p] for p in sorted(keys)}
     return dag
+
+
+#: A synthetic kernel's fields that every kernel shares (:meth:`_Builder.kernel` sets the rest).
+_KERNEL_DEFAULTS = {
+    **{f.name: f.default for f in fields(DagTask) if f.default is not MISSING},
+    "op": "kernel",
+    "inputs": (),
+    "output": None,
+}
 
 
 def _with_id(task: DagTask, id: int) -> DagTask:
