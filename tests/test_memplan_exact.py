@@ -27,8 +27,8 @@ from rtgraph.compiler.memplan import (
     greedy_by_size,
     plan,
 )
-from rtgraph.compiler.memplan.exact import fill_within
-from rtgraph.compiler.memplan.greedy import PREORDERS, preorder_ranks
+from rtgraph.compiler.memplan.exact import fill_within, solve
+from rtgraph.compiler.memplan.greedy import PREORDERS, greedy_by_size_offsets, preorder_ranks
 from rtgraph.compiler.memplan.search import Outcome, fits_within
 from rtgraph.errors import InputError
 
@@ -191,8 +191,24 @@ def test_a_zero_time_limit_keeps_the_heuristics_plan():
     records = [Record(f"g{k}", a, b, 25 * s) for k, (a, b, s) in enumerate(GAP_INSTANCE)]
     heuristic = plan(records, method="heuristic")
     exact = plan(records, method="exact", time_limit=0)
-    assert exact.height == heuristic.height and exact.time_to_best == 0.0
+    assert exact.height == heuristic.height and exact.time_to_best > 0.0  # the heuristics'
     assert exact.lower_bound == 125 and not exact.proven
+
+
+def test_the_time_limit_counts_from_the_start_the_caller_gives():
+    """A limit already spent before the search (by the heuristic start, in ``plan``) leaves
+    none to search: the incumbent comes back at once, its time counted from that start."""
+    records = [Record(f"g{k}", a, b, 25 * s) for k, (a, b, s) in enumerate(GAP_INSTANCE)]
+    problem = build_problem(records, 1)
+    offsets = greedy_by_size_offsets(problem)
+    now = iter(itertools.count(100.0, 0.5))
+    spent = solve(
+        problem, offsets, "g", budget=10_000, time_limit=5, clock=lambda: next(now), started=90.0
+    )
+    assert spent.nodes == 0 and spent.time_to_best == 10.0 and not spent.proven
+    assert np.array_equal(spent.offsets, offsets)
+    fresh = solve(problem, offsets, "g", budget=10_000, time_limit=60, started=None)
+    assert fresh.nodes > 0 and fresh.height < spent.height
 
 
 def test_methods_keep_their_old_names_and_best_is_deterministic():

@@ -74,8 +74,9 @@ MAX_FILL_NOGOODS = 200_000
 class ExactResult:
     """The best plan found, the best proven lower bound, and whether they meet.
 
-    ``time_to_best`` is the seconds from the start of :func:`solve` until the plan returned
-    was found (0.0 when it is the incumbent); ``nodes`` the search placements spent.
+    ``time_to_best`` is the seconds from the start (``solve``'s ``started``: for
+    :func:`~rtgraph.compiler.memplan.planner.plan`, the call) until the plan returned was
+    found — for the incumbent, when the search began; ``nodes`` the search placements spent.
     """
 
     offsets: np.ndarray
@@ -95,22 +96,25 @@ def solve(
     budget: int,
     time_limit: float | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    started: float | None = None,
 ) -> ExactResult:
     """Lower ``offsets`` (named ``name``) by search, until proven optimal or out of budget.
 
     ``budget`` is the search placements allowed in total, ``time_limit`` the seconds (None: no
-    limit). See the module docstring for the order of the probes.
+    limit) from ``started`` (a ``clock()`` reading; None: now), which is also where the time
+    to the best plan counts from. See the module docstring for the order of the probes.
     """
-    start = clock()
+    now = clock()
+    start = now if started is None else started
     stop_at = None if time_limit is None else start + time_limit
     height = height_of(problem, offsets)
     g = problem.granule
     proven_low = -(-problem.lower_bound // g) * g  # no plan is lower
-    best_time = 0.0
+    best_time = now - start  # the heuristic start's, until the search betters it
     left = budget
     if height <= proven_low or left <= 0:
         proven = height <= proven_low
-        return ExactResult(offsets, name, height, min(height, proven_low), proven, 0, 0.0)
+        return ExactResult(offsets, name, height, min(height, proven_low), proven, 0, best_time)
     state = _State(problem, start, stop_at, clock)
     while height > proven_low and left > 0 and not state.expired():
         low, cap, share = proven_low, proven_low, FIRST_SHARE  # the bound first, then bisect

@@ -47,6 +47,7 @@ and heights are exact (int64 that provably cannot overflow, Python integers at t
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from numbers import Integral, Real
@@ -157,9 +158,10 @@ def plan(
     number of search placements ``"best"`` and ``"exact"`` may try (``None``:
     :data:`DEFAULT_BUDGET` for ``"best"``, no limit but the work cap for ``"exact"``; never
     more than :data:`MAX_SEARCH_WORK` divided by the active records, and none when that is
-    fewer than the records); ``time_limit`` the seconds ``"exact"`` may search (``None``:
-    :data:`DEFAULT_TIME_LIMIT`) — ``"best"`` takes one too, but has none by default, so that
-    its answer never depends on the machine.
+    fewer than the records); ``time_limit`` the seconds ``"exact"`` may take, counted from
+    the call, the heuristic start included (``None``: :data:`DEFAULT_TIME_LIMIT`) —
+    ``"best"`` takes one too, but has none by default, so that its answer never depends on
+    the machine.
     Raises :class:`~rtgraph.errors.InputError` for bad records, alignment, method, budget or
     time limit, or records past a limit (see
     :func:`~rtgraph.compiler.memplan.problem.build_problem`).
@@ -170,6 +172,7 @@ def plan(
             f"unknown planning method {method!r}",
             hint=hint or f"choose one of: {', '.join(METHODS)}",
         )
+    started = time.perf_counter()  # the time limit counts the heuristic start too
     nodes = _check_budget(budget, exact=method == "exact")
     seconds = _check_time_limit(time_limit)
     if method == "exact" and seconds is None:
@@ -186,7 +189,7 @@ def plan(
     else:
         offsets, name = _portfolio(problem)
         if method in ("best", "exact"):
-            found = solve(problem, offsets, name, budget=nodes, time_limit=seconds)
+            found = solve(problem, offsets, name, budget=nodes, time_limit=seconds, started=started)
             return _placement(problem, found.offsets, found.name, found)
     return _placement(problem, offsets, name)
 
