@@ -24,6 +24,7 @@ from rtgraph.compiler.memplan import (
     Record,
     build_problem,
     check_placement,
+    exact,
     greedy_by_size,
     plan,
 )
@@ -185,6 +186,30 @@ def test_small_tilings_reach_their_optimum_proven(seed):
     p = plan(records, method="exact", budget=200_000, time_limit=120)
     assert check_placement(records, p) == []
     assert (p.height, p.lower_bound, p.proven) == (64, 64, True)
+
+
+@pytest.mark.parametrize("first_from, first", [(1, "fill"), (10**9, "strategy")])
+def test_the_fill_goes_first_from_fill_first_from_records(monkeypatch, first_from, first):
+    """On many records a round of the strategies costs seconds, so the fill goes first there;
+    below the threshold the strategies keep their turn (what the compiler's budget buys)."""
+    calls: list[str] = []
+    fill, fits = exact.fill_within, exact.fits_within
+
+    def fill_logged(*args, **kwargs):
+        calls.append("fill")
+        return fill(*args, **kwargs)
+
+    def fits_logged(*args, **kwargs):
+        calls.append("strategy")
+        return fits(*args, **kwargs)
+
+    monkeypatch.setattr(exact, "FILL_FIRST_FROM", first_from)
+    monkeypatch.setattr(exact, "fill_within", fill_logged)
+    monkeypatch.setattr(exact, "fits_within", fits_logged)
+    records = [Record(f"g{k}", a, b, 25 * s) for k, (a, b, s) in enumerate(GAP_INSTANCE)]
+    p = plan(records, method="exact", budget=10_000, time_limit=60)
+    assert check_placement(records, p) == []
+    assert calls and calls[0] == first
 
 
 def test_a_zero_time_limit_keeps_the_heuristics_plan():
