@@ -155,9 +155,8 @@ class LoopReplay:
             self.carried = rebound
             self.previous_made = made_set
             return
-        if _owners(rebound) != _owners(self.carried) or not self._names_ok(
-            made, prefix, temps, consts
-        ):
+        renames = [_how_renamed(n, prefix, (temps, ir._temps), (consts, ir._consts)) for n in made]
+        if _owners(rebound) != _owners(self.carried) or None in renames:
             self.failed = True
             return
         entry: dict[str, str] = {}
@@ -188,7 +187,7 @@ class LoopReplay:
             made_consts=ir._consts - consts,
             steps=c.steps - steps,
             tensors=tuple(ir.tensors[n] for n in made),
-            renames=tuple(_how_renamed(n, prefix) for n in made),
+            renames=tuple(renames),  # type: ignore[arg-type]
             nodes=nodes,
             named_attrs=tuple(tuple(k for k in _NAME_ATTRS if n.attrs.get(k)) for n in nodes),
             entry=entry,
@@ -196,23 +195,6 @@ class LoopReplay:
             owners=owners,
         )
         self.last = {name: bound.value for name, bound in exit_.items()}  # type: ignore[misc]
-
-    def _names_ok(self, made: list[str], prefix: str, temps: int, consts: int) -> bool:
-        """Whether every tensor the iteration made has a name the replay can map."""
-        ir = self.checker.ir
-        for name in made:
-            if name.startswith(prefix):
-                if "#" in name:
-                    return False
-            elif name.startswith("%c"):
-                if not consts <= _number(name[2:]) < ir._consts:
-                    return False
-            elif name.startswith("%"):
-                if not temps <= _number(name[1:]) < ir._temps:
-                    return False
-            else:
-                return False
-        return True
 
     # --- replayed iterations -----------------------------------------------------------------
     def replay(self, prefix: str) -> bool:
@@ -289,13 +271,20 @@ class LoopReplay:
 _PREFIXED, _CONST, _TEMP = range(3)
 
 
-def _how_renamed(name: str, prefix: str) -> tuple[str, int, str | int]:
-    """``name`` (checked by :meth:`LoopReplay._names_ok`) and how to rename it."""
+def _how_renamed(
+    name: str, prefix: str, temps: tuple[int, int], consts: tuple[int, int]
+) -> tuple[str, int, str | int] | None:
+    """``name`` and how to rename it — its prefix swapped, or a counter shifted — given the
+    temporary and constant counters' ranges the iteration took; None when it cannot be mapped
+    (outside the prefix and the counters, or made unique with ``#k``)."""
     if name.startswith(prefix):
-        return name, _PREFIXED, name[len(prefix) :]
-    if name.startswith("%c"):
-        return name, _CONST, int(name[2:])
-    return name, _TEMP, int(name[1:])
+        return None if "#" in name else (name, _PREFIXED, name[len(prefix) :])
+    how, text, (lo, hi) = (
+        (_CONST, name[2:], consts) if name.startswith("%c") else (_TEMP, name[1:], temps)
+    )
+    if not name.startswith("%") or not text.isdigit() or not lo <= int(text) < hi:
+        return None
+    return name, how, int(text)
 
 
 def _copy(record: R, **changes: Any) -> R:
@@ -336,7 +325,3 @@ def _owners(rebound: dict[str, tuple[Scope, Bound | None]] | None) -> dict[str, 
 def _same_but_name(a: Tensor, b: Tensor) -> bool:
     """Whether two tensors differ at most in their IR name."""
     return dataclasses.replace(a, name=b.name) == b
-
-
-def _number(text: str) -> int:
-    return int(text) if text.isdigit() else -1

@@ -405,13 +405,9 @@ class _Builder:
         dag = self.dag
         dag.add_node()
         if node.after:
-            pred, succ, writers = dag.pred[task_id], dag.succ, self.writers
+            pred, succ = dag.pred[task_id], dag.succ
             for name in node.after:
-                for src in (
-                    [k for _, _, k in writers.get(name, ())]
-                    if name not in views
-                    else self.producers_of(name)
-                ):
+                for src in self.producers_of(name):
                     if src not in pred:
                         succ[src].append(task_id)
                     pred[src] = "after"
