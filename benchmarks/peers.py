@@ -8,8 +8,8 @@ docs/language.md) and run by three contenders, in turn within each round, in one
 The front end refuses a program of more than 4 MiB of text or 100,000 statements, so the
 program is a layer of roots, then one random block of layers that a ``for`` loop repeats
 (compile_scaling writes its chains with a loop too; its generator makes chains of real ops,
-which cannot express a kernel DAG); sizes are rounded down to whole blocks, and "100k" is
-99,344 tasks. The contenders:
+which cannot express a kernel DAG); sizes are rounded down to whole blocks: "100k" is
+99,344 tasks and "1M" 999,440. The contenders:
 
 a. **rtgraph**, each phase timed on its own: parse and check (``rtgraph.parse`` on the text),
    compile (``rtgraph.compile``, ``streams="by-unit"``: one stream per unit, so three
@@ -60,11 +60,13 @@ round the contenders run in the order above, with a ``gc.collect()`` between the
 so none inherits another's garbage. Each runs as its users run it: rtgraph pauses the
 collector inside ``compile`` and ``run``, SimPy and Dask keep it on. The acceptance ratios
 of issue 14 come from the same interleaved run: rtgraph emulate ÷ SimPy (target ≤ 0.5), the
-whole pipeline in µs per task (target ≤ 40 at 100k tasks), and the growth from each size to
-the next (10k → 100k: target ≤ 11×).
+whole pipeline in µs per task (target ≤ 40 at 100k tasks), the growth from each size to the
+next (target ≤ 11× per ×10), and at a million tasks the whole pipeline's CPU seconds (target
+≤ 60) and its peak resident memory (target ≤ 4 GB: the highest of its three phases' peaks).
+The million-task size is in the default sizes and skips Dask (over ``--dask-max``).
 
-Usage: python benchmarks/peers.py [--sizes 10000,100000] [--quick] [--rounds 3] [--width 16]
-       [--seed 0] [--dask-max 100000] [--dask-budget 60]
+Usage: python benchmarks/peers.py [--sizes 10000,100000,1000000] [--quick] [--rounds 3]
+       [--width 16] [--seed 0] [--dask-max 100000] [--dask-budget 60]
 
 SimPy and Dask are benchmark-only extras (``pip install '.[bench]'``); without one of them
 its row says it was not installed.
@@ -114,6 +116,8 @@ MIN_ROUNDS = 3
 EMULATE_TARGET = 0.5  # issue 14: emulate ≤ 0.5 × SimPy per task
 PIPELINE_TARGET_US = 40.0  # issue 14: whole pipeline ≤ 40 µs per task at 100k tasks
 GROWTH_TARGET = 11.0  # issue 14: within 11× per ×10 step
+MILLION_TARGET_S = 60.0  # issue 14: a 1M-task program end to end in ≤ 60 s …
+MILLION_TARGET_GIB = 4.0  # … and ≤ 4 GB peak resident memory
 
 
 # --- the DAG every contender runs --------------------------------------------------------------
@@ -625,6 +629,13 @@ def report(results: list[SizeResult], args: argparse.Namespace) -> None:
     print(f"| whole pipeline, µs per task | {' | '.join(per)} | ≤ {PIPELINE_TARGET_US:g} at 100k |")
     dask = [ratio(r.best.get("pipeline"), r.best.get("dask")) for r in results]
     print(f"| whole pipeline ÷ Dask executing | {' | '.join(dask)} | |")
+    whole = [f"{r.best['pipeline']:.1f}" if "pipeline" in r.best else "—" for r in results]
+    print(f"| whole pipeline, CPU s | {' | '.join(whole)} | ≤ {MILLION_TARGET_S:g} at 1M |")
+    peak = [
+        f"{r.peak_mib['pipeline'] / 1024:.2f}" if "pipeline" in r.peak_mib else "—" for r in results
+    ]
+    limit = f"≤ {MILLION_TARGET_GIB:g} at 1M"
+    print(f"| its peak resident memory, GiB | {' | '.join(peak)} | {limit} |")
 
     if len(results) >= 2:
         steps = list(itertools.pairwise(results))
@@ -673,7 +684,9 @@ def report(results: list[SizeResult], args: argparse.Namespace) -> None:
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--sizes", default="10000,100000", help="task counts, comma-separated")
+    parser.add_argument(
+        "--sizes", default="10000,100000,1000000", help="task counts, comma-separated"
+    )
     parser.add_argument("--quick", action="store_true", help="sizes 1000,10000")
     parser.add_argument("--rounds", type=int, default=MIN_ROUNDS)
     parser.add_argument("--width", type=int, default=WIDTH, help="tasks per layer")

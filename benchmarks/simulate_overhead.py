@@ -9,10 +9,11 @@ into its view; a compute task calls the op's kernel (``run_kernel``, as the emul
 its input views, rounding the result straight into its preallocated output view (``into=``:
 no result array — the least a kernel can do); a ``d2h`` task copies its view out. The
 emulator (``rtgraph.run``) does exactly that work through its event loop, host model, stream
-queues, result collection and race check, checks the inputs and params it is given, and
-passes each result through a reused staging buffer (a task writes device memory when it
-finishes, not when it starts): one copy per task. The ratio ``rtgraph run ÷ task loop`` is
-everything that is not the data work. Both must give bit-equal outputs (checked before
+queues, result collection and race check, and checks the inputs and params it is given; its
+kernels write straight into device memory too, because the static race checker proves these
+programs race-free (a racy program's tasks stage each result and write it when they finish,
+one copy per task: docs/emulator.md). The ratio ``rtgraph run ÷ task loop`` is everything
+that is not the data work. Both must give bit-equal outputs (checked before
 timing).
 
 Two tables:

@@ -10,9 +10,18 @@ then, rounding its f32/f16 result straight into a staging buffer of the output's
 from task to task — no result arrays, no fresh pages) and writes its output when it FINISHES
 (one copy into device memory). Two conflicting tasks whose execution overlaps
 therefore really corrupt each other, as on hardware: a reader that starts before the writer
-finishes sees the old bytes. ``h2d`` reads the host array at start and writes device memory at
-finish; ``d2h`` reads device memory at start and delivers the host output at finish. A failed
-task (injected fault, non-finite result under ``check_finite``) writes nothing.
+finishes sees the old bytes. ``h2d`` reads the host array at start and writes device memory
+at finish; ``d2h`` reads device memory at start and delivers the host output at finish. A
+failed task (injected fault, non-finite result under ``check_finite``) writes nothing.
+
+Where nothing could see the difference, a kernel writes straight into device memory at start
+instead (``direct``; no staging copy): the run asks for it when the static race checker
+(:mod:`rtgraph.stream_program.races`) proves the program race-free — every two tasks touching
+the same bytes, one of them writing, are ordered, so no task touches a task's output or
+writes its inputs while it runs — no fault is injected and no result is checked for
+non-finite values (a failed task must write nothing); and it applies to a task whose output
+bytes do not overlap its own inputs. A compiled program is race-free by construction unless
+its own explicit streams leave a hazard to the program; a racy one keeps the staging.
 
 Supplied inputs and params are checked exactly as the reference interpreter checks them
 (:mod:`rtgraph.ir.data`: declared names, every one present unless ``fill_missing``, shapes,
@@ -45,13 +54,18 @@ from rtgraph.ir.graph import TensorType
 from rtgraph.ops.registry import lookup, run_kernel
 from rtgraph.stream_program.program import Operand, StreamProgram, Task
 
-# Plan kinds.
-_OP, _H2D, _D2H, _SEND, _RECV = 0, 1, 2, 3, 4
+# Plan kinds (_DIRECT: an op whose kernel writes straight into device memory at start).
+_OP, _H2D, _D2H, _SEND, _RECV, _DIRECT = 0, 1, 2, 3, 4, 5
 #: The transfers between devices (:mod:`rtgraph.ops.comm`): a cluster's link layer moves them.
 _TRANSFERS = ("send", "recv", "recv_reduce")
 
 
 _ADD = lookup("add")
+
+
+def _overlap(reads: tuple[tuple[int, int], ...], writes: tuple[tuple[int, int], ...]) -> bool:
+    """Whether a byte range of ``reads`` meets one of ``writes`` (``[lo, hi)`` each)."""
+    return any(a < d and c < b for a, b in reads for c, d in writes)
 
 
 class DeviceMemory:
@@ -171,9 +185,11 @@ class Numerics:
         seed: int = 0,
         check_finite: bool = False,
         fill_missing: bool = False,
+        direct: bool = False,
     ) -> None:
         self.memory = DeviceMemory(program.memory.total_bytes)
         self.check_finite = check_finite
+        self.direct = direct and not check_finite
         self.outputs: dict[str, np.ndarray] = {}
         values = host_values(program, inputs, params, seed, fill_missing=fill_missing)
         self._load_resident(program, values)
@@ -234,7 +250,8 @@ class Numerics:
         dtypes = tuple(o.dtype for o in task.inputs)
         out = task.output
         out_type = TensorType(tuple(out.shape), out.dtype)
-        return (_OP, op, views, dtypes, dict(task.attrs), memory.view(out), out_type, task)
+        kind = _DIRECT if self.direct and not _overlap(task.reads, task.writes) else _OP
+        return (kind, op, views, dtypes, dict(task.attrs), memory.view(out), out_type, task)
 
     def _transfer_plan(self, task: Task) -> tuple:
         """A send reads its operand (the payload) at start; a recv writes the payload at finish,
@@ -272,12 +289,12 @@ class Numerics:
         if plan is None:
             return
         kind = plan[0]
-        if kind == _OP:
+        if kind in (_OP, _DIRECT):
             _, op, views, dtypes, attrs, out, out_type, t = plan
             arrays = [
                 from_storage(v, d) if d == "bf16" else v for v, d in zip(views, dtypes, strict=True)
             ]
-            staging = self._staging(out)
+            staging = out if kind == _DIRECT else self._staging(out)
             try:  # into staging: a view kernel's result is copied, frozen as it saw it now
                 run_kernel(op, arrays, attrs, out_type, into=staging)
             except Exception as e:  # a kernel bug or a malformed program, never user data
@@ -285,6 +302,8 @@ class Numerics:
                     f"while executing task {task} '{t.name}' ({t.op}): {type(e).__name__}: {e}",
                     span=t.span,
                 ) from e
+            if kind == _DIRECT:
+                return  # written: nothing is left for finish
             if self.check_finite and DTYPES[out_type.dtype].is_float:
                 result = from_storage(staging, out_type.dtype)
                 bad = int(result.size - np.count_nonzero(np.isfinite(result)))
@@ -320,7 +339,7 @@ class Numerics:
     def finish(self, task: int, failed: bool) -> None:
         """Write the task's result (unless it failed) and drop it."""
         plan = self._plans[task]
-        if plan is None:
+        if plan is None or plan[0] == _DIRECT:
             return
         pending = self._pending[task]
         self._pending[task] = None

@@ -62,6 +62,7 @@ from rtgraph.emulator.results import (
 from rtgraph.errors import DeadlockError, RtgError, UsageError
 from rtgraph.ir.data import check_seed
 from rtgraph.stream_program.program import StreamProgram, derived, stream_tables
+from rtgraph.stream_program.races import check_races
 from rtgraph.stream_program.tables import StreamTables
 from rtgraph.timing.engine import Engine
 from rtgraph.timing.task_costs import TaskCosts, profile_stretch, task_costs
@@ -193,10 +194,23 @@ def wire(
     nums: Numerics | None = None
     if numerics:
         finite, fill = options.check_finite, options.fill_missing
-        nums = Numerics(program, inputs, params, seed, finite, fill)
+        direct = not fault_set and not finite and race_free(program, device)
+        nums = Numerics(program, inputs, params, seed, finite, fill, direct)
     hw = Hardware(engine, program, tables, device, prepared.costs, nums, fault_set, mode)
     host = Host(engine, hw, program, tables, device, batches)
     return DeviceRun(program, tables, prepared, device, engine, hw, host, options.profile, nums)
+
+
+def race_free(program: StreamProgram, device: DeviceSpec) -> bool:
+    """Whether the static race checker proves ``program`` race-free on ``device`` (its
+    reorder window and event semantics): then kernels may write device memory at start
+    (:class:`~rtgraph.emulator.numerics.Numerics`). Checked once per program object."""
+    reorder = device.scheduler.reorder_window > 0
+    mode = device.scheduler.event_mode
+    key = f"race_free:{reorder}:{mode}"
+    return derived(
+        program, key, lambda p: not check_races(p, reorder=reorder, event_mode=mode).races
+    )
 
 
 def _batch_sizes(

@@ -5,11 +5,13 @@ allocation decides addresses in that order) through an
 :class:`~rtgraph.stream_program.hazards.AccessTracker` over the planned regions, so the false
 dependencies
 created by memory reuse (a new tensor written where a dead one was still being read) are found
-exactly like true data dependencies. ``after=``
-edges of the program are kept as ``ORDER`` hazards: pure precedence with no bytes.
+exactly like true data dependencies. The program's ``after=`` edges — pure precedence with no
+bytes — are already edges of kind ``after`` in the DAG; they are counted here as ``ORDER``
+hazards but not copied into the hazard list (a generated DAG has hundreds of thousands of
+them): the barrier pass reads them from the DAG.
 
-The result is the graph every scheduler must respect: any order that keeps these edges
-computes what the program says.
+The result, the byte hazards and the ``after=`` edges together, is the graph every scheduler
+must respect: any order that keeps these edges computes what the program says.
 """
 
 from __future__ import annotations
@@ -48,7 +50,8 @@ def read_ranges(graph: TaskGraph, task: DagTask) -> list[tuple[int, int]]:
 
 
 def find_hazards(graph: TaskGraph, options: CompileOptions) -> TaskGraph:
-    """``graph`` with ``hazards`` set and hazard edges added to its DAG (no option applies).
+    """``graph`` with ``hazards`` set to the byte hazards and hazard edges added to its DAG (no
+    option applies).
 
     The DAG is extended in place (its data and ``after=`` edges stay; a hazard that is not an
     edge yet becomes one of kind ``hazard``). When the hazards were already found on the same
@@ -66,10 +69,8 @@ def find_hazards(graph: TaskGraph, options: CompileOptions) -> TaskGraph:
     tracker = AccessTracker()
     hazards: list[Hazard] = []
     append = hazards.append
-    preds = graph.dag.pred
     dag = graph.dag
     counts = {k: 0 for k in ("RAW", "WAR", "WAW", "ORDER")}
-    new = object.__new__
     for t in walk:
         task = tasks[t]
         if task.reads or task.writes:
@@ -78,12 +79,7 @@ def find_hazards(graph: TaskGraph, options: CompileOptions) -> TaskGraph:
                 counts[h.kind] += 1
                 if not dag.has_edge(h.src, h.dst):
                     dag.add_edge(h.src, h.dst, "hazard")
-        for src, kind in preds[t].items():
-            if kind == "after":  # already an edge: an ORDER hazard, made as build() would
-                h = new(Hazard)
-                h.__dict__.update(src=src, dst=t, kind="ORDER", lo=0, hi=0, reuse=False)
-                append(h)
-                counts["ORDER"] += 1
+    counts["ORDER"] = sum([list(pred.values()).count("after") for pred in dag.pred if pred])
     notes = {**graph.notes, "hazards": counts}
     return replace(graph, hazards=tuple(hazards), notes=notes, hazards_basis=basis)
 

@@ -109,11 +109,13 @@ class _Walk:
         # and the same-stream hazards (src seq, dst task) that need one between them.
         self.gaps: dict[int, list[int]] = defaultdict(list)
         self.same_stream: dict[int, list[tuple[int, int]]] = defaultdict(list)
-        # Per task, the hazards into it as (source, reuse) pairs.
+        # Per task, the byte hazards into it as (source, reuse) pairs; the program's `after=`
+        # edges are read from the DAG (they are not in the hazard list: see find_hazards).
         self.preds: dict[int, list[tuple[int, bool]]] = defaultdict(list)
         preds = self.preds
         for h in graph.hazards:
             preds[h.dst].append((h.src, h.reuse))
+        self.dag_pred = graph.dag.pred
         self.attached = self._attach_host_steps()
         self.seq: dict[int, int] = {}  # task → its position on its stream (1-based)
         self.task_clock: dict[int, tuple[int, ...]] = {}
@@ -207,8 +209,14 @@ class _Walk:
         host = self.host
         if self.allocs_before and t in self.allocs_before:
             host.extend(("cmd", a) for a in self.allocs_before[t])
-        if t in self.preds:
-            needed, true_dep = self.uncovered_sources(t, q)
+        hazards = self.preds.get(t)
+        pred = self.dag_pred[t]
+        if pred:
+            after = [(src, False) for src, kind in pred.items() if kind == "after"]
+            if after:
+                hazards = hazards + after if hazards else after
+        if hazards:
+            needed, true_dep = self.uncovered_sources(t, q, hazards)
             if needed:
                 self.wait_for(t, q, needed, true_dep)
         clocks = self.clocks  # (Clocks.launch and .snapshot, inlined: once per task)
@@ -246,18 +254,19 @@ class _Walk:
                 self.fenced(q)
         stats["waits"] += len(waits)
 
-    def uncovered_sources(self, t: int, q: int) -> tuple[dict[int, int], set[int]]:
-        """Per other stream, the latest source of a hazard into ``t`` that ``q`` does not
-        already know has finished; and the sources with a hazard on the same tensor (not only
-        on reused bytes). Same-stream hazards are implied, or on a reorder device noted for a
-        barrier mark."""
+    def uncovered_sources(
+        self, t: int, q: int, hazards: list[tuple[int, bool]]
+    ) -> tuple[dict[int, int], set[int]]:
+        """Per other stream, the latest source of ``hazards`` (into ``t``, as (source, reuse)
+        pairs) that ``q`` does not already know has finished; and the sources with a hazard on
+        the same tensor (not only on reused bytes). Same-stream hazards are implied, or on a
+        reorder device noted for a barrier mark."""
         graph, stats, seq, stream_of = self.graph, self.stats, self.seq, self.stream_of
         tasks = graph.tasks
         keep_sync = self.keep_sync and tasks[t].stream is not None
         known = self.clocks.clock[q]
         needed: dict[int, int] = {}
         true_dep: set[int] = set()
-        hazards = self.preds.get(t, ())
         implied = 0
         for src, reuse in hazards:
             if not reuse:
@@ -464,9 +473,11 @@ def _tasks(graph: TaskGraph) -> list[Task]:
     for t in graph.tasks:
         preds = pred[t.id]
         if preds:
-            deps = [p for p, kind in preds.items() if kind != "hazard"]
-            deps.sort()
-            dep_ids = tuple(deps)
+            dep_ids = tuple(
+                sorted([p for p, kind in preds.items() if kind != "hazard"])
+                if "hazard" in preds.values()
+                else sorted(preds)
+            )
         else:
             dep_ids = ()
         reads, writes = t.reads, t.writes

@@ -11,7 +11,6 @@ compiler, the interpreter and the emulator agree on what is a view by constructi
 from __future__ import annotations
 
 from dataclasses import MISSING, dataclass, field, fields, replace
-from itertools import pairwise
 from typing import TYPE_CHECKING
 
 from rtgraph.compiler.optimizer.rewrite import concats_in_place, output_parts
@@ -405,9 +404,14 @@ class _Builder:
         dag = self.dag
         dag.add_node()
         if node.after:
-            pred, succ = dag.pred[task_id], dag.succ
-            for name in node.after:
-                for src in self.producers_of(name):
+            pred, succ, writers = dag.pred[task_id], dag.succ, self.writers
+            for name in node.after:  # (producers_of inlined for another kernel's token)
+                sources = (
+                    [w[2] for w in writers.get(name, ())]
+                    if name not in views
+                    else self.producers_of(name)
+                )
+                for src in sources:
                     if src not in pred:
                         succ[src].append(task_id)
                     pred[src] = "after"
@@ -472,12 +476,13 @@ class _Builder:
         producers, and the tasks after them). Each task's predecessors are listed in the order
         the tasks were made, its successors in the order the edges were added.
         """
-        new = [0] * len(self.tasks)
-        for k, old in enumerate(i for i in self.script if isinstance(i, int)):
-            new[old] = k
-        if all(k == old for old, k in enumerate(new)):
+        order = [i for i in self.script if type(i) is int]
+        if order == list(range(len(self.tasks))):
             self.dag = _sorted_preds(self.dag)
             return
+        new = [0] * len(self.tasks)
+        for k, old in enumerate(order):
+            new[old] = k
         tasks: list[DagTask] = [self.tasks[0]] * len(self.tasks)
         for t in self.tasks:
             tasks[new[t.id]] = t if new[t.id] == t.id else _with_id(t, new[t.id])
@@ -500,9 +505,11 @@ class _Builder:
 def _sorted_preds(dag: Dag) -> Dag:
     """``dag`` with each task's predecessors in the order the tasks were made."""
     for k, pred in enumerate(dag.pred):
-        keys = list(pred)
-        if any(a > b for a, b in pairwise(keys)):
-            dag.pred[k] = {p: pred[p] for p in sorted(keys)}
+        if len(pred) > 1:
+            keys = list(pred)
+            ordered = sorted(keys)
+            if keys != ordered:
+                dag.pred[k] = {p: pred[p] for p in ordered}
     return dag
 
 
