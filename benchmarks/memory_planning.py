@@ -15,10 +15,11 @@ directory in ``RTGRAPH_SHARED_BENCHMARKS``) and prints two tables:
   tensors, for the cost of ``"fast"`` (the compiler's default) and ``"best"``.
 
 Usage: ``python benchmarks/memory_planning.py [--method exact|best|heuristic|fast|
-greedy_by_size] [--time-limit S] [--budget N] [--only A,B,...]``. ``exact`` (the default)
-searches each MiniMalloc instance for up to ``--time-limit`` seconds (30) and each guillotine
-instance for a third of that. Tables whose data is missing are skipped with a message; the exit
-status is 1 if some plan overlaps or fails its target.
+greedy_by_size] [--time-limit S] [--budget N] [--only A,B,...] [--tables guillotine,...]``.
+``exact`` (the default) searches each MiniMalloc instance for up to ``--time-limit`` seconds
+(30) and each guillotine instance for a third of that. ``--tables`` prints only some of
+minimalloc, classic, guillotine, synthetic. Tables whose data is missing are skipped with a
+message; the exit status is 1 if some plan overlaps or fails its target.
 """
 
 from __future__ import annotations
@@ -268,6 +269,10 @@ def synthetic_table(budget: int | None) -> bool:
     return all_ok
 
 
+#: The tables, in the order printed (``--tables`` picks some).
+TABLES = ("minimalloc", "classic", "guillotine", "synthetic")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -278,21 +283,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, help="search placements (default: the method's)")
     parser.add_argument("--time-limit", type=float, default=30.0, help="seconds per instance")
     parser.add_argument("--only", help="comma-separated MiniMalloc instance names, e.g. A,E")
+    parser.add_argument(
+        "--tables",
+        default=",".join(TABLES),
+        help=f"comma-separated tables to print, of {','.join(TABLES)} (default: all)",
+    )
     args = parser.parse_args(argv)
+    tables = set(args.tables.split(","))
+    if not tables <= set(TABLES):
+        parser.error(f"--tables: unknown {sorted(tables - set(TABLES))}; known: {TABLES}")
     data = shared_benchmarks()
     print(f"machine: {machine()}")
     only = set(args.only.split(",")) if args.only else None
     ok = True
-    if not data.is_dir():
+    if "minimalloc" not in tables:
+        pass
+    elif not data.is_dir():
         print(f"skipped: shared benchmark data not found at {data} (set RTGRAPH_SHARED_BENCHMARKS)")
     elif (data / "minimalloc").is_dir():
         ok &= minimalloc_table(data / "minimalloc", args.method, args.budget, args.time_limit, only)
     else:
         print("skipped MiniMalloc instances: folder minimalloc/ missing")
-    if (data / "memplan").is_dir() and not only:
+    if (data / "memplan").is_dir() and not only and "classic" in tables:
         ok &= memplan_table(data / "memplan", args.method, args.budget, args.time_limit)
-    if not only:
+    if not only and "guillotine" in tables:
         ok &= guillotine_table(args.method, args.budget, args.time_limit / 3)
+    if not only and "synthetic" in tables:
         ok &= synthetic_table(args.budget if args.budget is not None else DEFAULT_BUDGET)
     return 0 if ok else 1
 

@@ -124,12 +124,13 @@ def fill_placement(records: list[Record], offsets: np.ndarray, capacity: int) ->
     return Placement(mapping, capacity, 0, "search/fill")
 
 
-@settings(max_examples=40, deadline=None)
-@given(seed=st.integers(0, 2**32 - 1), n=st.integers(2, 40), shuffle=st.sampled_from([None, 7]))
+@settings(max_examples=60, deadline=None)
+@given(seed=st.integers(0, 2**32 - 1), n=st.integers(2, 60), shuffle=st.sampled_from([None, 0, 7]))
 def test_the_fill_finds_every_tiling(seed, n, shuffle):
-    # Every section of a tiling is full, so the byte at the lowest point of the skyline can only
-    # be taken by a record starting there: the fill is complete at max-live and must find a
-    # plan there, whatever its tie-break (backjumps over independent components included).
+    # Every section of a tiling is full, so a valley's bottom-left byte can only be taken by a
+    # record starting there and its bottom-right byte by one ending there: the fill is
+    # complete at max-live and must find a plan there, whatever its order or tie-break. A
+    # backjump over a choice that did not explain a failure must never lose the plan.
     records = tiling(n, seed)
     result = fill_within(build_problem(records), 64, 10**7, seed=shuffle)
     assert result.outcome is Outcome.FOUND
@@ -154,6 +155,47 @@ def test_fill_plans_fit_and_the_fill_never_claims_infeasible(records, extra, shu
     if problem.lower_bound > 0:
         below = fill_within(problem, problem.lower_bound - 1, 20_000)
         assert below.outcome is Outcome.INFEASIBLE
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_one_of_the_fill_orders_packs_a_200_record_tiling_quickly(seed):
+    # Branching on the most constrained valley corner packs these with few backtracks (1.0-2.8
+    # placements a record); the two orders fail on different instances (heavy tails), so
+    # solve runs both.
+    records = tiling(200, seed)
+    problem = build_problem(records)
+    results = [fill_within(problem, 64, 1_000, seed=order) for order in exact.FILL_ORDERS]
+    found = [r for r in results if r.outcome is Outcome.FOUND]
+    assert found
+    assert check_placement(records, fill_placement(records, found[0].offsets, 64)) == []
+
+
+def test_the_fill_branches_on_the_corner_with_fewer_options():
+    # Capacity 6, every section full. At the empty skyline the one valley is all three
+    # sections at 0: its bottom-left byte could take x1, x2 or x3 (each leaves a full section
+    # beside it that a record can start), its bottom-right byte only x1 or z (z leaves section
+    # 1 full to its left, where x2 and y end). The node branches on the right corner, and the
+    # failure of its branches would be read from the valley's sections alone.
+    records = [
+        Record("x1", 0, 3, 1),
+        Record("x2", 0, 2, 2),
+        Record("x3", 0, 1, 3),
+        Record("y", 1, 2, 3),
+        Record("z", 2, 3, 5),
+    ]
+    fill = exact._Fill(build_problem(records), 6, {}, None)
+    options, _, _, _, spans = fill._options()
+    assert sorted(i for i, _, _ in options) == [0, 4] and spans == ((0, 3),)
+    assert [len(fill._corner(0, 3, 0, left)[0]) for left in (True, False)] == [3, 2]
+    result = fill_within(build_problem(records), 6, 100)
+    assert result.outcome is Outcome.FOUND
+    assert check_placement(records, fill_placement(records, result.offsets, 6)) == []
+
+
+def test_backjump_spans_merge_into_sorted_disjoint_ranges():
+    assert exact._union(((5, 7),), ((0, 2), (6, 9))) == ((0, 2), (5, 9))
+    assert exact._union(((0, 2),), ((2, 4),)) == ((0, 4),)
+    assert exact._union((), ((3, 4),)) == ((3, 4),)
 
 
 def test_the_fill_is_deterministic_and_keeps_its_nogoods():

@@ -19,16 +19,16 @@ strategies are a preorder and a mode: with the branch on tight sections (and the
 across splits), or as MiniMalloc searches (see
 :func:`~rtgraph.compiler.memplan.search.fits_within`). After them, in every round, comes the
 *skyline fill* (:func:`fill_within`, below), a search that finds plans but cannot prove that
-none exists: once in its own order, resuming where it stopped (twice the limit), then with a
-fresh shuffled tie-break (half the limit). Last, so that a small budget (the compiler's) is
-spent as before the fill existed, on the strategies that find most of its plans — except on
-:data:`FILL_FIRST_FROM` records or more, where the fill also takes a turn first: there one
-round of the strategies costs seconds (16 placements a record at 0.3–0.6 ms each), and the
-fill packs the 1,000-buffer tiling in 1.5 s instead of never within 10 s. No strategy
-dominates: on MiniMalloc's instance A and on guillotine tilings the tight mode finds plans at
-the lower bound that MiniMalloc's misses within 8 CPU seconds, on instance K and other tilings
-the reverse; alone, the fill packs MiniMalloc's D at the capacity (6,714 placements, 2.3 CPU
-s) and the benchmark's 1,000-buffer tiling (seed 0) at its optimum (2,640, 1.3 s), which the
+none exists: in each of its own orders (:data:`FILL_ORDERS`), resuming where it stopped
+(twice the limit), then with a fresh shuffled tie-break (half the limit). Last, so that a
+small budget (the compiler's) is spent as before the fill existed, on the strategies that
+find most of its plans — except on :data:`FILL_FIRST_FROM` records or more, where the fill
+also takes a turn first: there one round of the strategies costs seconds (16 placements a
+record at 0.3–0.6 ms each). No strategy dominates: on MiniMalloc's instance A and on
+guillotine tilings the tight mode finds plans at the lower bound that MiniMalloc's misses
+within 8 CPU seconds, on instance K and other tilings the reverse; alone, the fill packs
+MiniMalloc's D at the capacity (6,658 placements, 2.3 CPU s), H (831, 0.2 s, by lifetime)
+and the benchmark's 1,000-buffer tilings at their optimum (1,200-2,900, under 1 s), which the
 complete search misses in 30 s and 10 s. The searches remember failed node states
 (*nogoods*); a nogood of the complete search found under a capacity holds under any smaller
 one, so a strategy's nogoods are kept while the capacity only falls; the fill keeps its own
@@ -54,6 +54,10 @@ from rtgraph.compiler.memplan.search import Outcome, SearchResult, fits_within, 
 
 _INF = np.iinfo(np.int64).max
 
+#: Sets of section ranges ``[lo, hi)``: where the skyline fill read why a state has no
+#: completion (sorted, disjoint).
+Spans = tuple[tuple[int, int], ...]
+
 __all__ = ["BISECT_SHARE", "FIRST_SHARE", "ExactResult", "fill_within", "solve"]
 
 #: The share of the work and time left that the first probe of a round, at the lower bound,
@@ -69,6 +73,11 @@ BISECT_SHARE = 1 / 3
 #: The shuffled runs get half the node limit of a complete-search strategy, the resuming run
 #: twice it: more fill runs starved the strategies that find A and G.
 FILL_SHUFFLES = 1
+#: The fill's own orders, each resumed every round (by its nogoods) with twice a strategy's
+#: node limit: ties broken by size then lifetime (None), and by lifetime then size (0). Its
+#: searches at max-live are heavy-tailed: on the benchmark's 1,000-buffer tilings each packs
+#: one of seeds 1 and 2 in about 1,200 placements and misses the other within 9,000.
+FILL_ORDERS: tuple[int | None, ...] = (None, 0)
 #: Records from which the fill takes its turn before the strategies' (their round costs
 #: 16 placements a record: on 1,000 records, seconds before the fill would start).
 FILL_FIRST_FROM = 1_000
@@ -152,7 +161,7 @@ class _State:
         ranks = {h: preorder_ranks(problem, h) for h in PREORDERS}
         self.strategies = [(h, tight, ranks[h]) for h in PREORDERS for tight in (True, False)]
         self.nogoods: dict[tuple[str, bool], tuple[int, dict[int, int]]] = {}  # → (cap, set)
-        self.fill_nogoods: tuple[int, dict[int, tuple[int, int]]] = (-1, {})  # capacity, states
+        self.fill_nogoods: tuple[int, dict[int, Spans]] = (-1, {})  # capacity, states
         self.fill_done = -1  # a capacity the fill exhausted: no use retrying it there
         self.stop_at = stop_at
         self.clock = clock
@@ -219,10 +228,12 @@ class _State:
         deadline: Callable[[], bool] | None,
         shuffles: Iterator[int],
     ) -> tuple[tuple[np.ndarray, str] | None, Outcome, int]:
-        """One turn of the fill: in its own order, then ``FILL_SHUFFLES`` seeded shuffles."""
+        """One turn of the fill: in its two own orders (:data:`FILL_ORDERS`), then
+        ``FILL_SHUFFLES`` seeded shuffles."""
         used = 0
-        for seed in [None] + [next(shuffles) for _ in range(FILL_SHUFFLES)]:
-            step = min(limit * 2 if seed is None else limit // 2, budget - used)
+        for seed in [*FILL_ORDERS, *(next(shuffles) for _ in range(FILL_SHUFFLES))]:
+            own = seed is None or seed == 0
+            step = min(limit * 2 if own else limit // 2, budget - used)
             if capacity == self.fill_done or step <= 0:
                 break
             result = fill_within(
@@ -236,13 +247,15 @@ class _State:
             used += result.nodes
             self.nodes += result.nodes
             if result.outcome is Outcome.FOUND:
-                name = "search/fill" + ("" if seed is None else f"#{seed}")
+                name = "search/fill" + (
+                    "" if seed is None else "/long" if seed == 0 else f"#{seed}"
+                )
                 return (result.offsets, name), result.outcome, used
             if result.nodes < step and not (deadline is not None and deadline()):
                 self.fill_done = capacity  # exhausted: the fill has nothing more here
         return None, Outcome.BUDGET, used
 
-    def _fill_nogoods(self, capacity: int) -> dict[int, tuple[int, int]]:
+    def _fill_nogoods(self, capacity: int) -> dict[int, Spans]:
         """The fill's failed states, kept between the probes of one capacity."""
         kept_cap, found = self.fill_nogoods
         if kept_cap != capacity:
@@ -271,40 +284,59 @@ def fill_within(
     budget: int,
     *,
     deadline: Callable[[], bool] | None = None,
-    nogoods: dict[int, tuple[int, int]] | None = None,
+    nogoods: dict[int, Spans] | None = None,
     seed: int | None = None,
 ) -> SearchResult:
     """Look for a plan of height ``<= capacity`` by filling the skyline from its lowest point.
 
     A depth-first search over *bottom-left* placements, after the skyline algorithms of
     strip packing (and TelaMalloc's sweep): the state is the placed records' top per section
-    (the skyline). At the leftmost lowest stretch of the skyline, level ``h`` over sections
-    ``[t0, t1)``, the byte at ``(t0, h)`` is either taken by a record that starts at ``t0`` and
-    ends by ``t1`` — it sits flush at ``h``, and its neighbours being higher, nothing else can
-    — or left empty, raising the section to the next level something can start at (only
-    where the section has bytes to spare). Records with the same lifetime and size are tried
-    once; a record whose top meets the skyline next to it (or whose end closes the stretch) is
-    tried first. Pruned by MiniMalloc's inferences on the skyline: a record whose lowest
-    offset (the highest skyline over its life) plus its size exceeds the capacity, or a
-    section whose lowest offset any record there can take plus the sizes still to place
-    there does not fit, ends the branch; a placement that would leave a full section to its
-    right with no record able to start there is not tried. The stretch is taken in the
-    leftmost *component* not yet filled — sections no unplaced record crosses out of, whose
-    filling is independent of the rest — and a component found unfillable backjumps past
-    every choice made outside it (MiniMalloc's temporal decomposition, applied as the
-    search goes).
+    (the skyline). At a *valley* of the skyline — a stretch at level ``h`` over sections
+    ``[t0, t1)`` whose neighbours are higher, the lowest stretch being one — the byte at
+    ``(t0, h)`` is either taken by a record that starts at ``t0`` and ends by ``t1`` — it sits
+    flush at ``h``, and its neighbours being higher, nothing else can — or left empty, raising
+    the section to the next level something can start at (only where the section has bytes
+    to spare); where section ``t1 - 1`` has none to spare, the byte at ``(t1 - 1, h)`` must
+    likewise be taken by a record ending at ``t1`` and starting at ``t0`` or later. The node
+    branches on the corner of any valley with the fewest options, and a corner with none
+    ends the branch at once (a tiling's thousand-record instances went from never packed in
+    10 s to packed in about 1,200 placements). Records with the same lifetime and size are
+    tried once; a record whose top meets the skyline next to it (or whose other end closes
+    the valley) is tried first. Pruned by MiniMalloc's inferences on the skyline: a record
+    whose lowest offset (the highest skyline over its life) plus its size exceeds the
+    capacity, or a section whose lowest offset any record there can take plus the sizes still
+    to place there does not fit, ends the branch; a placement that would leave a full section
+    beside it with no record able to take its byte at ``h`` is not tried. Valleys are taken in
+    the leftmost *component* not yet filled (sections no unplaced record crosses out of:
+    MiniMalloc's temporal decomposition, applied as the search goes). A failure is explained
+    by the sections it was read from (the corner's valley and its walls; the failing record's
+    life; the lives of the records left in the failing section); an exhausted node answers for
+    the union of its own and its children's, and backjumps past every choice that placed
+    nothing there (conflict-directed backjumping): such a choice cannot change the failure.
 
     This finds plans at a tight capacity (max-live, where every byte of a full section must
     be used) far sooner than the canonical search on tilings and on several of MiniMalloc's
     instances, but it is not complete where bytes may be wasted, so it never answers
     INFEASIBLE: an exhausted search says BUDGET with fewer placements than allowed. Failed
-    states (a hash of the placed set and of the levels wasted, with the component that
-    failed) go into ``nogoods``, which the caller may keep between calls at the same capacity:
-    they do not depend on the tie-break. ``seed`` shuffles the ties between equally good
-    options (None: larger, then longer-lived, first). Deterministic.
+    states (a hash of the placed set and of the levels wasted, with the sections that explain
+    the failure) go into ``nogoods``, which the caller may keep between calls at the same
+    capacity: they do not depend on the tie-break. ``seed`` shuffles the ties between equally good
+    options (None: larger, then longer-lived, first; 0: longer-lived, then larger, first).
+    Deterministic.
     """
     fill = _Fill(problem, int(capacity), nogoods if nogoods is not None else {}, seed)
     return fill.run(int(budget), deadline)
+
+
+def _union(one: Spans, two: Spans) -> Spans:
+    """The union of two sets of section ranges ``[lo, hi)``, as sorted disjoint ranges."""
+    out: list[tuple[int, int]] = []
+    for lo, hi in sorted(one + two):
+        if out and lo <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], hi))
+        else:
+            out.append((lo, hi))
+    return tuple(out)
 
 
 class _Fill:
@@ -314,7 +346,7 @@ class _Fill:
         self,
         problem: Problem,
         capacity: int,
-        nogoods: dict[int, tuple[int, int]],
+        nogoods: dict[int, Spans],
         seed: int | None,
     ) -> None:
         p = problem
@@ -327,8 +359,10 @@ class _Fill:
         act = self.act
         order = act[np.lexsort((act, -width[act], -p.size[act]))]
         self.by_start: list[list[int]] = [[] for _ in range(n_sec + 1)]
+        self.by_end: list[list[int]] = [[] for _ in range(n_sec + 1)]
         for i in order.tolist():
             self.by_start[self.slo_l[i]].append(i)
+            self.by_end[self.shi_l[i]].append(i)
         self.floor = np.zeros(n_sec + 1, dtype=np.int64)  # top of the placed records
         self.floor[n_sec] = _INF  # a sentinel: no record lives past the last section
         self.remaining = np.zeros(n_sec + 1, dtype=np.int64)  # sizes still to place
@@ -342,8 +376,13 @@ class _Fill:
         self.offsets = np.zeros(p.n, dtype=np.int64)
         rng = np.random.default_rng(0x5EED)
         self.zobrist = rng.integers(1, 2**63, p.n, dtype=np.int64).tolist()
-        # Ties between equally good options: by size, then life (None), or shuffled.
-        self.tie = None if seed is None else np.random.default_rng(seed).random(p.n).tolist()
+        # Ties between equally good options: by size, then life (None), life then size (0),
+        # or shuffled.
+        self.tie: list | None = None
+        if seed == 0:
+            self.tie = list(zip((-width).tolist(), (-p.size).tolist(), strict=True))
+        elif seed is not None:
+            self.tie = np.random.default_rng(seed).random(p.n).tolist()
 
     def run(self, budget: int, deadline: Callable[[], bool] | None) -> SearchResult:
         p, cap = self.p, self.cap
@@ -352,8 +391,9 @@ class _Fill:
         if p.lower_bound > cap:
             return SearchResult(Outcome.INFEASIBLE, None, 0)
         left, nodes = len(self.act), 0
-        # A frame: [options, next option, the option applied (its undo), state, lo, hi] for
-        # the component [lo, hi) of sections its options lie in.
+        # A frame: [options, next option, the option applied (its undo), state, spans]: the
+        # section ranges its failure depends on (where its options were read, joined by each
+        # failure below it that it had to answer for).
         stack: list[list] = [self._options()]
         while stack:
             f = stack[-1]
@@ -361,19 +401,22 @@ class _Fill:
                 left += self._undo(f[2])
                 f[2] = None
             if f[1] == len(f[0]):
-                # Exhausted: the component [lo, hi) has no completion from here. The frames
-                # below whose option lies outside it cannot change that: undo them unasked.
+                # Exhausted: no completion from here, for a reason read in its spans alone.
+                # The frames below whose option lies outside them cannot change that
+                # (conflict-directed backjumping): undo them unasked; the frame that can
+                # answers for the spans too.
                 stack.pop()
-                lo, hi = f[4], f[5]
+                spans = f[4]
                 if len(self.nogoods) < MAX_FILL_NOGOODS:
-                    self.nogoods.setdefault(f[3], (lo, hi))
+                    self.nogoods.setdefault(f[3], spans)
                 while stack and stack[-1][2] is not None:
                     _, a, b, _ = stack[-1][2]
-                    if a < hi and b > lo:
+                    if any(a < hi and b > lo for lo, hi in spans):
+                        stack[-1][4] = _union(stack[-1][4], spans)
                         break
                     left += self._undo(stack.pop()[2])
                 continue
-            if nodes >= budget or (deadline is not None and not nodes & 255 and deadline()):
+            if nodes >= budget or (deadline is not None and not nodes & 63 and deadline()):
                 return SearchResult(Outcome.BUDGET, None, nodes)
             nodes += 1
             i, t0, level = f[0][f[1]]
@@ -397,7 +440,7 @@ class _Fill:
                 self.floor[t0] = level
             known = self.nogoods.get(state)
             if known is not None:
-                stack.append([[], 0, None, state, *known])
+                stack.append([[], 0, None, state, known])
             elif i >= 0:
                 c = p.conflict_idx[p.conflict_ptr[i] : p.conflict_ptr[i + 1]]
                 stack.append(self._options(state, c))
@@ -425,22 +468,24 @@ class _Fill:
         hi = s + 1 + int(np.argmax(cross[s + 1 :] == 0))  # cross[n_sec] is 0
         return lo, hi
 
-    def _dead(self, near: np.ndarray | None) -> int:
-        """A section where no plan under the capacity completes this state, or -1.
+    def _dead(self, near: np.ndarray | None) -> tuple[int, int] | None:
+        """The sections ``[lo, hi)`` whose skyline and records show that no plan under the
+        capacity completes this state, or None.
 
         MiniMalloc's inferences on the skyline: a record's lowest offset is the highest
         skyline over its life, and it fails when that plus its size exceeds the capacity
         (spatial); a section fails when the lowest offset any record there can take plus the
         sizes still to place there exceeds it (section inference). Only the sections of the
         records in ``near`` (None: all), whose lowest offsets the last step may have raised,
-        are checked: nothing else changed.
+        are checked: nothing else changed. The failure depends on the failing record's life,
+        or on the lives of the records still to place in the failing section.
         """
         p, n_sec = self.p, self.n_sec
         u = np.flatnonzero(~self.placed)
         if near is not None:
             near = near[~self.placed[near]]
             if len(near) == 0:
-                return -1
+                return None
             a, b = int(p.section_lo[near].min()), int(p.section_hi[near].max())
             u = u[(p.section_lo[u] < b) & (p.section_hi[u] > a)]
         else:
@@ -449,56 +494,100 @@ class _Fill:
         lowest = range_max(self.floor[:n_sec], slo, shi)
         over = np.flatnonzero(lowest + p.size[u] > self.cap)
         if len(over):
-            return int(slo[over[0]])
+            return int(slo[over[0]]), int(shi[over[0]])
         rem = self.remaining[a:b]
         low = section_minima(p.section_lo, p.section_hi, u, lowest, a, b)
         bad = np.flatnonzero((low + rem > self.cap) & (rem > 0))
-        return a + int(bad[0]) if len(bad) else -1
+        if len(bad) == 0:
+            return None
+        d = a + int(bad[0])
+        there = (slo <= d) & (shi > d)
+        return int(slo[there].min(initial=d)), int(shi[there].max(initial=d + 1))
 
     def _options(self, state: int = 0, near: np.ndarray | None = None) -> list:
-        """A new frame for this state: the branches at the lowest stretch of the skyline in
-        the leftmost unfinished component, best first, as ``(record, section, level)``
-        (record -1 leaves the section empty up to the level); none when the state is dead."""
+        """A new frame for this state: the branches at the most constrained corner of a
+        skyline valley in the leftmost unfinished component, best first, as
+        ``(record, section, level)`` (record -1 leaves the section empty up to the level);
+        none when the state is dead.
+
+        A *valley* is a stretch ``[t0, t1)`` at level ``h`` whose neighbours are higher (or
+        outside the component); the global lowest stretch is one. Its bottom-left byte
+        ``(t0, h)`` can only be taken by a record starting at ``t0`` and ending by ``t1``, sat
+        at ``h`` (the neighbours only rise), or be left empty; where section ``t1 - 1`` has no
+        byte to spare, its bottom-right byte must be taken by a record ending at ``t1`` and
+        starting at ``t0`` or later. Every valley's corners are counted; the node branches on
+        the corner with the fewest options (lowest, then leftmost, first on ties), and a
+        corner with none ends the branch at once instead of when it becomes the lowest.
+        """
         dead = self._dead(near)
-        if dead >= 0:
-            return [[], 0, None, state, *self._component(dead)]
+        if dead is not None:
+            return [[], 0, None, state, (dead,)]
         floor, remaining, cap = self.floor, self.remaining, self.cap
-        placed, shi_l, size_l = self.placed, self.shi_l, self.size_l
         lo, hi = self._component(int(np.argmax(remaining > 0)))
-        masked = np.where(remaining[lo:hi] > 0, floor[lo:hi], _INF)
-        t0 = lo + int(np.argmin(masked))
-        h = int(floor[t0])
-        rest = masked[t0 - lo + 1 :] != h
-        t1 = t0 + 1 + int(np.argmax(rest)) if rest.any() else hi
+        level = floor[lo:hi]
+        starts = np.flatnonzero(np.diff(level, prepend=-1)) + lo  # stretches of one level
+        ends = np.append(starts[1:], hi)
+        lv = floor[starts]
+        higher = np.append(lv[1:], _INF) > lv
+        valleys = np.flatnonzero(np.insert(lv[1:] < lv[:-1], 0, True) & higher)
+        best: tuple[list, int, int] | None = None
+        for v in valleys[np.lexsort((valleys, lv[valleys]))].tolist():
+            t0, t1, h = int(starts[v]), int(ends[v]), int(lv[v])
+            corner = self._corner(t0, t1, h, True)
+            if h + remaining[t1 - 1] == cap and len(corner[0]) > 1:
+                right = self._corner(t0, t1, h, False)
+                corner = right if len(right[0]) < len(corner[0]) else corner
+            if best is None or len(corner[0]) < len(best[0]):
+                best = corner
+                if not best[0]:
+                    break
+        assert best is not None  # the lowest stretch of the component is a valley
+        return [best[0], 0, None, state, (best[1:],)]
+
+    def _corner(self, t0: int, t1: int, h: int, left: bool) -> tuple[list, int, int]:
+        """The options at the bottom-left (``left``) or bottom-right byte of the valley
+        ``[t0, t1)`` at level ``h`` (see :meth:`_options`), best first: a record whose top
+        meets the skyline beside the valley, or whose other end is the valley's, first; and
+        the sections ``[lo, hi)`` they were read from."""
+        floor, remaining, cap = self.floor, self.remaining, self.cap
+        placed, size_l = self.placed, self.size_l
+        far = self.shi_l if left else self.slo_l  # the end of a record away from the corner
         room = cap - h
         lf = int(floor[t0 - 1]) if t0 > 0 else -1
         rf = int(floor[t1]) if t1 < self.n_sec else -1
         seen: set[tuple[int, int]] = set()
         ranked = []
-        for i in self.by_start[t0]:
-            if placed[i]:
-                continue
-            e, z = shi_l[i], size_l[i]
-            if e > t1 or z > room or (e, z) in seen:
+        for i in self.by_start[t0] if left else self.by_end[t1]:
+            e, z = far[i], size_l[i]
+            if placed[i] or z > room or (e, z) in seen or (e > t1 if left else e < t0):
                 continue
             seen.add((e, z))
-            # Section e, left at h below i's top, is full: a record must start there at h.
-            if e < t1 and h + remaining[e] == cap:
-                after = self.by_start[e]
-                if not any(not placed[j] and size_l[j] <= room and shi_l[j] <= t1 for j in after):
-                    continue
+            # The section beside i's far end, left at h below i's top, is full: a record
+            # must take its byte at h from there (start at e, or end at e).
+            s = e if left else e - 1
+            if (
+                (e < t1 if left else e > t0)
+                and h + remaining[s] == cap
+                and not any(
+                    not placed[j] and size_l[j] <= room and (far[j] <= t1 if left else far[j] >= t0)
+                    for j in (self.by_start[e] if left else self.by_end[e])
+                )
+            ):
+                continue
             top = h + z
             tie = len(ranked) if self.tie is None else self.tie[i]
-            ranked.append((-((top == lf) + (e == t1) + (top == rf)), tie, i))
+            ranked.append((-((top == lf) + (e == (t1 if left else t0)) + (top == rf)), tie, i))
         ranked.sort()
         options = [(i, t0, h) for _, _, i in ranked]
+        lo, hi = max(t0 - 1, 0), min(t1 + 1, self.n_sec)
         spare = cap - h - int(remaining[t0])
-        if spare > 0:  # or leave (t0, h) empty: up to where the next record could start
+        if left and spare > 0:  # or leave (t0, h) empty: up to where the next record could start
             level = lf if lf > h else _INF
             for i in self.by_start[t0]:
                 if not placed[i]:
-                    at = int(floor[t0 : shi_l[i]].max())
+                    hi = max(hi, self.shi_l[i])
+                    at = int(floor[t0 : self.shi_l[i]].max())
                     if h < at < level:
                         level = at
             options.append((-1, t0, min(level, h + spare)))
-        return [options, 0, None, state, lo, hi]
+        return options, lo, hi
