@@ -66,6 +66,13 @@ SCRIPTS: tuple[tuple[str, list[str], list[str], str], ...] = (
         "per-task overhead on tiny kernels, Dask beside it",
     ),
     (
+        "run_check",
+        ["benchmarks/run_check.py"],
+        ["benchmarks/run_check.py", "--repeat", "1"],
+        "`rtgraph run models/attention.rtg` in CPU seconds with each check mode, against one "
+        "reference evaluation",
+    ),
+    (
         "simulate_speed",
         ["benchmarks/simulate_speed.py"],
         ["benchmarks/simulate_speed.py", "--quick"],
