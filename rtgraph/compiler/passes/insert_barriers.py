@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from bisect import bisect_left, insort
 from collections import defaultdict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -103,7 +104,8 @@ class _Walk:
             {name: i for i, name in enumerate(program.events)} if self.keep_sync else {}
         )
         self.stream_ids = {s.name: s.id for s in graph.streams}
-        self.stream_of = graph.stream_of
+        n = len(graph.tasks)
+        self.stream_of = [graph.stream_of[t] for t in range(n)]  # a list: indexed per hazard
         self.clocks = _Clocks(len(graph.streams))
         # Reorder devices: where fences sit on each stream (gap g = after its g-th launch),
         # and the same-stream hazards (src seq, dst task) that need one between them.
@@ -117,8 +119,8 @@ class _Walk:
             preds[h.dst].append((h.src, h.reuse))
         self.dag_pred = graph.dag.pred
         self.attached = self._attach_host_steps()
-        self.seq: dict[int, int] = {}  # task → its position on its stream (1-based)
-        self.task_clock: dict[int, tuple[int, ...]] = {}
+        self.seq = [0] * n  # task → its position on its stream (1-based; 0: not yet walked)
+        self.task_clock: list[tuple[int, ...]] = [()] * n
         self.event_clock: dict[int, tuple[int, ...]] = {}
         self.records_after: dict[int, int] = {}  # task -> provisional compiler event
         self.host: list[tuple[str, Any]] = []
@@ -175,7 +177,7 @@ class _Walk:
             self.fenced(q)
             self.host.append(("cmd", Barrier(q, step.span)))
         elif step.kind == "callback":
-            q = self.stream_of.get(step.task, 0) if step.task is not None else 0
+            q = self.stream_of[step.task] if step.task is not None else 0
             self.fenced(q)
             self.host.append(
                 ("cmd", Callback(q, step.name or "callback", step.blocking, step.span))
@@ -287,7 +289,8 @@ class _Walk:
             if known[p] >= s:
                 implied += 1
                 continue
-            if s > seq.get(needed.get(p, -1), 0):
+            latest = needed.get(p)
+            if latest is None or s > seq[latest]:
                 needed[p] = src
         stats["hazards"] += len(hazards)
         stats["implied"] += implied
@@ -352,7 +355,7 @@ class _Walk:
 def _assemble(
     host: list[tuple[str, object]],
     records_after: dict[int, int],
-    stream_of: dict[int, int],
+    stream_of: Sequence[int],
     first_id: int,
 ) -> tuple[list[Command], int, int]:
     """Commands in submission order with compiler events given reusable ids.
@@ -401,7 +404,7 @@ _make_wait = slotted_constructor(Wait)
 def _place_barriers(
     same_stream: dict[int, list[tuple[int, int]]],
     gaps: dict[int, list[int]],
-    seq: dict[int, int],
+    seq: Sequence[int],
     stats: dict[str, int],
 ) -> set[int]:
     """Fewest barrier marks so every same-stream hazard has a fence between its two tasks.
