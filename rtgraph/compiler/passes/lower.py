@@ -404,14 +404,9 @@ class _Builder:
         dag = self.dag
         dag.add_node()
         if node.after:
-            pred, succ, writers = dag.pred[task_id], dag.succ, self.writers
-            for name in node.after:  # (producers_of inlined for another kernel's token)
-                sources = (
-                    [w[2] for w in writers.get(name, ())]
-                    if name not in views
-                    else self.producers_of(name)
-                )
-                for src in sources:
+            pred, succ = dag.pred[task_id], dag.succ
+            for name in node.after:
+                for src in self.producers_of(name):
                     if src not in pred:
                         succ[src].append(task_id)
                     pred[src] = "after"
