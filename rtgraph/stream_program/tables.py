@@ -93,7 +93,7 @@ def index_commands(
     segments — is array work on those columns (a compiled program has two commands a task).
     """
     ids = list(stream_ids)
-    code, stream, ref = _columns(commands)
+    code, stream, ref = command_columns(commands)
     _check(commands, ids, code, stream, ref, num_tasks, num_events)
     n = len(code)
     entry = code <= CALLBACK
@@ -132,10 +132,10 @@ def index_commands(
             strict=True,
         )
     )
-    syncs = np.flatnonzero(code == _EVENT_SYNC)
+    syncs = np.flatnonzero(code == EVENT_SYNC)
     sync_gen = dict(zip(syncs.tolist(), gen[syncs].tolist(), strict=True))
-    used = np.unique(ref[(code == RECORD) | (code == WAIT) | (code == _EVENT_SYNC)])
-    host_work = np.flatnonzero(code == _HOST_WORK)
+    used = np.unique(ref[(code == RECORD) | (code == WAIT) | (code == EVENT_SYNC)])
+    host_work = np.flatnonzero(code == ALLOC_FREE)
     return StreamTables(
         kind={sid: col[1].tolist() for sid, col in columns.items()},
         ref={sid: col[2].tolist() for sid, col in columns.items()},
@@ -155,12 +155,12 @@ def index_commands(
     )
 
 
-#: Column codes beyond the queue entry kinds: a Sync on an event, another Sync, an Alloc or
-#: Free.
-_EVENT_SYNC, _SYNC, _HOST_WORK = 5, 6, 7
+#: Column codes beyond the queue entry kinds (:func:`command_columns`): a Sync on an event,
+#: another Sync, an Alloc or Free.
+EVENT_SYNC, OTHER_SYNC, ALLOC_FREE = 5, 6, 7
 
 
-def _columns(commands: Sequence[Command]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def command_columns(commands: Sequence[Command]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per command: its code, its stream (-1 for a Sync) and the task (a Launch) or event (a
     Record, a Wait, an event Sync) it names, else 0."""
     code: list[int] = []
@@ -178,12 +178,12 @@ def _columns(commands: Sequence[Command]) -> tuple[np.ndarray, np.ndarray, np.nd
             ref.append(c.event)
         elif t is Sync:
             event = c.kind == "event"
-            code.append(_EVENT_SYNC if event else _SYNC)
+            code.append(EVENT_SYNC if event else OTHER_SYNC)
             stream.append(-1)
             ref.append(c.target if event else 0)  # type: ignore[arg-type]
         else:
             code.append(
-                BARRIER if t is Barrier else _HOST_WORK if t is Alloc or t is Free else CALLBACK
+                BARRIER if t is Barrier else ALLOC_FREE if t is Alloc or t is Free else CALLBACK
             )
             stream.append(c.stream)  # type: ignore[union-attr]
             ref.append(0)
@@ -211,7 +211,7 @@ def _check(
     """Raise for the first command (in host order) naming an undeclared stream, an event out
     of range, or a task out of range or launched before; then if a task is never launched."""
     limit = max(num_events, 1)
-    syncs = (code == _EVENT_SYNC) | (code == _SYNC)
+    syncs = (code == EVENT_SYNC) | (code == OTHER_SYNC)
     unknown = ~syncs & ~np.isin(stream, np.asarray(ids, np.int64))
     launch = code == LAUNCH
     tasks = ref[launch]
@@ -242,7 +242,7 @@ def _generations(code: np.ndarray, ref: np.ndarray) -> np.ndarray:
     """Per command, the generation of its event that a Record takes (its records so far, this
     one included) or a Wait or event Sync sees (its records before it: 0 for none); else 0."""
     gen = np.zeros(len(code), np.int64)
-    rows = np.flatnonzero((code == RECORD) | (code == WAIT) | (code == _EVENT_SYNC))
+    rows = np.flatnonzero((code == RECORD) | (code == WAIT) | (code == EVENT_SYNC))
     if not len(rows):
         return gen
     order = rows[np.argsort(ref[rows], kind="stable")]  # by event, host order within one
@@ -312,7 +312,7 @@ def _segments(
     edges = np.flatnonzero(starts | alone)
     ends = np.append(edges[1:], n)
     lone_code = np.where(
-        code == _HOST_WORK,
+        code == ALLOC_FREE,
         HOST_WORK,
         np.where(never, NEVER_RECORDED, np.where(launch, PAGEABLE, SYNC)),
     )

@@ -32,18 +32,12 @@ from collections import defaultdict
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+import numpy as np
+
 from rtgraph.compiler.passes.event_ids import colour_ids
 from rtgraph.compiler.taskgraph import slotted_constructor
-from rtgraph.stream_program.program import (
-    Alloc,
-    Free,
-    Launch,
-    Record,
-    StreamProgram,
-    Sync,
-    Wait,
-    validate,
-)
+from rtgraph.stream_program.program import Record, StreamProgram, Wait, validate
+from rtgraph.stream_program.tables import EVENT_SYNC, LAUNCH, RECORD, WAIT, command_columns
 
 if TYPE_CHECKING:  # for annotations only: the options module imports the passes' vocabularies
     from rtgraph.compiler.options import CompileOptions
@@ -130,35 +124,16 @@ def reorder_for_batches(
 def _columns(program: StreamProgram) -> tuple[list[int], list[int], list[int]]:
     """Per command: its code (``_BLOCKING`` for what blocks the host — syncs, run-time
     allocations and frees, copies of pageable host memory), its stream and its event (0 where
-    it names none)."""
+    it names none); read by the stream tables' walk (:func:`command_columns`)."""
+    kind, stream, ref = command_columns(program.commands)
     pageable = {h.name for h in program.host_tensors if not h.pinned}
-    blocking_tasks = (
-        {t.id for t in program.tasks if t.op in ("h2d", "d2h") and t.host in pageable}
-        if pageable
-        else set()
-    )
-    code: list[int] = []
-    stream: list[int] = []
-    event: list[int] = []
-    for c in program.commands:
-        t = type(c)
-        if t is Launch:
-            code.append(_BLOCKING if c.task in blocking_tasks else _OTHER)  # type: ignore[union-attr]
-            stream.append(c.stream)  # type: ignore[union-attr]
-            event.append(0)
-        elif t is Record or t is Wait:
-            code.append(_RECORD if t is Record else _WAIT)
-            stream.append(c.stream)  # type: ignore[union-attr]
-            event.append(c.event)  # type: ignore[union-attr]
-        elif t is Sync or t is Alloc or t is Free:
-            code.append(_BLOCKING)
-            stream.append(-1)
-            event.append(0)
-        else:
-            code.append(_OTHER)
-            stream.append(c.stream)  # type: ignore[union-attr]
-            event.append(0)
-    return code, stream, event
+    blocking = kind >= EVENT_SYNC  # Syncs, Allocs and Frees
+    if pageable:
+        copies = [t.id for t in program.tasks if t.op in ("h2d", "d2h") and t.host in pageable]
+        blocking |= (kind == LAUNCH) & np.isin(ref, copies)
+    record, wait = kind == RECORD, kind == WAIT
+    code = np.select([blocking, record, wait], [_BLOCKING, _RECORD, _WAIT], _OTHER)
+    return code.tolist(), stream.tolist(), np.where(record | wait, ref, 0).tolist()
 
 
 def _logical_events(code: list[int], event: list[int], first_id: int) -> list[int]:
