@@ -69,9 +69,17 @@ def reference(folder: Path) -> dict[str, dict[str, str]]:
         return {row["benchmark"]: row for row in csv.DictReader(f)}
 
 
-def timed_plan(records, method: str, budget: int | None, time_limit: float | None = None):
+def timed_plan(
+    records,
+    method: str,
+    budget: int | None,
+    time_limit: float | None = None,
+    capacity: int | None = None,
+):
     wall, cpu = time.perf_counter(), time.process_time()
-    placement = plan(records, method=method, budget=budget, time_limit=time_limit)
+    placement = plan(
+        records, method=method, budget=budget, time_limit=time_limit, capacity=capacity
+    )
     return placement, time.perf_counter() - wall, time.process_time() - cpu
 
 
@@ -94,7 +102,7 @@ def minimalloc_table(
     ref = reference(folder)
     print(
         f"\nMiniMalloc challenging instances ({folder}), method={method}, budget={budget}, "
-        f"time limit {limit:g} s, load average {load()}"
+        f"time limit {limit:g} s, the capacity given (as MiniMalloc is), load average {load()}"
     )
     head = (
         f"{'inst':>5} {'n':>4} {'lower bd':>9} {'capacity':>9} {'greedy/cap':>10} "
@@ -109,7 +117,7 @@ def minimalloc_table(
         name, capacity = path.name.split(".")[0], int(path.name.split(".")[1])
         records = read_records_csv(path)
         base = greedy_by_size(records)
-        ours, wall, cpu = timed_plan(records, method, budget, limit)
+        ours, wall, cpu = timed_plan(records, method, budget, limit, capacity)
         sound = not check_placement(records, ours)
         # Strictly below the baseline, unless the baseline is already optimal.
         good = ours.height < base.height or ours.height == ours.lower_bound

@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import rtgraph
-import rtgraph.compiler.memplan.exact as exact
+import rtgraph.compiler.memplan.fill as fill
 import rtgraph.compiler.memplan.planner as planner
 import rtgraph.compiler.memplan.problem as problem_module
 import rtgraph.compiler.memplan.search as search
@@ -74,7 +74,7 @@ def test_the_limits_have_the_documented_values():
     assert planner.MAX_SEARCH_WORK == 100_000_000
     assert (planner.DEFAULT_TIME_LIMIT, planner.DEFAULT_BUDGET) == (10.0, 30_000)
     assert (search.MAX_NOGOODS, search.MAX_COVER_CELLS) == (100_000, 8_000_000)
-    assert exact.MAX_FILL_NOGOODS == 200_000
+    assert fill.MAX_FILL_NOGOODS == 200_000
     assert MAX_STREAMS_PER_UNIT == 64
     assert (MAX_PROFILE_ITERATIONS, MAX_PROFILE_TASK_RUNS) == (1_000, 200_000)
 
@@ -85,11 +85,11 @@ def test_the_fill_remembers_at_most_its_limit_of_failed_states(monkeypatch):
     rows = [(0, 3, 2), (1, 4, 1), (0, 1, 3), (2, 5, 1), (1, 2, 2), (2, 3, 1), (3, 4, 3), (4, 5, 4)]
     problem = build_problem([Record(f"g{k}", a, b, s) for k, (a, b, s) in enumerate(rows)])
     unlimited: dict[int, tuple[int, int]] = {}
-    exact.fill_within(problem, 5, 10**6, nogoods=unlimited)
+    fill.fill_within(problem, 5, 10**6, nogoods=unlimited)
     assert len(unlimited) > 3
-    monkeypatch.setattr(exact, "MAX_FILL_NOGOODS", 3)
+    monkeypatch.setattr(fill, "MAX_FILL_NOGOODS", 3)
     capped: dict[int, tuple[int, int]] = {}
-    result = exact.fill_within(problem, 5, 10**6, nogoods=capped)
+    result = fill.fill_within(problem, 5, 10**6, nogoods=capped)
     assert result.offsets is None and len(capped) == 3
 
 

@@ -18,6 +18,7 @@ from test_memplan import (
     records_strategy,
 )
 
+import rtgraph.compiler.memplan.fill as fill_module
 from rtgraph.cli import main
 from rtgraph.compiler.memplan import (
     Placement,
@@ -28,7 +29,8 @@ from rtgraph.compiler.memplan import (
     greedy_by_size,
     plan,
 )
-from rtgraph.compiler.memplan.exact import fill_within, solve
+from rtgraph.compiler.memplan.exact import solve
+from rtgraph.compiler.memplan.fill import fill_within
 from rtgraph.compiler.memplan.greedy import PREORDERS, greedy_by_size_offsets, preorder_ranks
 from rtgraph.compiler.memplan.search import Outcome, fits_within
 from rtgraph.errors import InputError
@@ -183,7 +185,7 @@ def test_the_fill_branches_on_the_corner_with_fewer_options():
         Record("y", 1, 2, 3),
         Record("z", 2, 3, 5),
     ]
-    fill = exact._Fill(build_problem(records), 6, {}, None)
+    fill = fill_module._Fill(build_problem(records), 6, {}, None)
     options, _, _, _, spans = fill._options()
     assert sorted(i for i, _, _ in options) == [0, 4] and spans == ((0, 3),)
     assert [len(fill._corner(0, 3, 0, left)[0]) for left in (True, False)] == [3, 2]
@@ -193,9 +195,9 @@ def test_the_fill_branches_on_the_corner_with_fewer_options():
 
 
 def test_backjump_spans_merge_into_sorted_disjoint_ranges():
-    assert exact._union(((5, 7),), ((0, 2), (6, 9))) == ((0, 2), (5, 9))
-    assert exact._union(((0, 2),), ((2, 4),)) == ((0, 4),)
-    assert exact._union((), ((3, 4),)) == ((3, 4),)
+    assert fill_module._union(((5, 7),), ((0, 2), (6, 9))) == ((0, 2), (5, 9))
+    assert fill_module._union(((0, 2),), ((2, 4),)) == ((0, 4),)
+    assert fill_module._union((), ((3, 4),)) == ((3, 4),)
 
 
 def test_the_fill_is_deterministic_and_keeps_its_nogoods():
@@ -252,6 +254,52 @@ def test_the_fill_goes_first_from_fill_first_from_records(monkeypatch, first_fro
     p = plan(records, method="exact", budget=10_000, time_limit=60)
     assert check_placement(records, p) == []
     assert calls and calls[0] == first
+
+
+@pytest.mark.parametrize("capacity, first", [(None, 64), (66, 66), (67, 64), (63, 64)])
+def test_a_capacity_is_probed_first_while_the_plan_is_above_it(monkeypatch, capacity, first):
+    """The question MiniMalloc answers — a plan within the pool? — comes first while the
+    heuristics' plan (67) is above it; then the bound (64). A capacity the plan already
+    meets, or one below the bound, changes nothing."""
+    records = tiling(40, 3)
+    assert plan(records, method="heuristic").height == 67
+    probed: list[int] = []
+    probe = exact._State.probe
+
+    def logged(self, cap, *args):
+        probed.append(cap)
+        return probe(self, cap, *args)
+
+    monkeypatch.setattr(exact._State, "probe", logged)
+    p = plan(records, method="best", budget=20_000, capacity=capacity)
+    assert check_placement(records, p) == []
+    assert probed[0] == first
+    if capacity == 66:
+        assert p.height <= 66 and probed[1] == 64  # it fits: then the bound
+
+
+@pytest.mark.parametrize("bad", [0, -5, 1.5, "64", True, 2**62 + 1])
+def test_bad_capacities_are_input_errors(bad):
+    with pytest.raises(InputError, match="capacity"):
+        plan(pisarchyk_lee_records(), method="best", capacity=bad)
+
+
+def test_plan_memory_says_whether_the_plan_fits_the_capacity(tmp_path, capsys):
+    """``--capacity``: ``fits`` in the JSON and the text, exit status 1 when it does not fit
+    (the gap instance's optimum is 6, above its max-live 5)."""
+    path = tmp_path / "gap.csv"
+    rows = [f"g{k},{a},{b},{s}" for k, (a, b, s) in enumerate(GAP_INSTANCE)]
+    path.write_text("id,lower,upper,size\n" + "\n".join(rows) + "\n")
+    for capacity, status in ((6, 0), (5, 1)):
+        argv = ["plan-memory", str(path), "--capacity", str(capacity), "--json"]
+        assert main(argv) == status
+        out = json.loads(capsys.readouterr().out)
+        assert (out["height"], out["capacity"], out["fits"]) == (6, capacity, status == 0)
+        assert main(["plan-memory", str(path), "--capacity", str(capacity)]) == status
+        text = capsys.readouterr().out
+        assert ("(fits)" in text) == (status == 0) and ("1 over" in text) == (status == 1)
+    assert main(["plan-memory", str(path), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["fits"] is None
 
 
 def test_a_zero_time_limit_keeps_the_heuristics_plan():

@@ -405,13 +405,20 @@ def cmd_bench(args: argparse.Namespace) -> int:
 def cmd_plan_memory(args: argparse.Namespace) -> int:
     records = read_records_csv(args.records)
     placement = plan(
-        records, alignment=args.alignment, method=args.method, time_limit=args.time_limit
+        records,
+        alignment=args.alignment,
+        method=args.method,
+        time_limit=args.time_limit,
+        capacity=args.capacity,
     )
+    fits = None if args.capacity is None else placement.height <= args.capacity
     if args.json:
         print(
             json.dumps(
                 {
                     "height": placement.height,
+                    "capacity": args.capacity,
+                    "fits": fits,
                     "lower_bound": placement.lower_bound,
                     "proven": placement.proven,
                     "gap": placement.gap,
@@ -421,7 +428,7 @@ def cmd_plan_memory(args: argparse.Namespace) -> int:
                 }
             )
         )
-        return 0
+        return 0 if fits is not False else 1
     baseline = greedy_by_size(records, alignment=args.alignment)
     total = sum(r.size for r in records)
     found = f"found after {placement.time_to_best:.2f} s" if placement.time_to_best else ""
@@ -429,10 +436,13 @@ def cmd_plan_memory(args: argparse.Namespace) -> int:
     print(f"  height          {placement.height:>14,}  ({placement.method}) {found}".rstrip())
     why = "proven optimal" if placement.proven else f"gap {placement.gap:.2%}, not proven"
     print(f"  lower bound     {placement.lower_bound:>14,}  ({why})")
+    if fits is not None:
+        verdict = "fits" if fits else f"does not fit: {placement.height - args.capacity:,} over"
+        print(f"  capacity        {args.capacity:>14,}  ({verdict})")
     method = "" if baseline.method == "greedy_by_size" else f"  ({baseline.method})"
     print(f"  greedy-by-size  {baseline.height:>14,}{method}")
     print(f"  no reuse        {total:>14,}  (saving {1 - placement.height / max(total, 1):.1%})")
-    return 0
+    return 0 if fits is not False else 1
 
 
 def cmd_import(args: argparse.Namespace) -> int:

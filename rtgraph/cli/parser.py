@@ -250,6 +250,13 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="S",
         help="seconds the search may take (default: 10 for exact, none for best)",
     )
+    p.add_argument(
+        "--capacity",
+        type=int,
+        metavar="BYTES",
+        help="the pool the plan must fit: the search looks for a plan within it first (as "
+        "MiniMalloc does); exit status 1 when the plan found does not fit",
+    )
 
     p = sub.add_parser(
         "bench",

@@ -18,7 +18,7 @@ Methods (all deterministic: same records, same offsets):
     The portfolio's best as the incumbent, then branch and bound over canonical placements
     (:mod:`rtgraph.compiler.memplan.exact` driving :mod:`rtgraph.compiler.memplan.search`),
     alternating with a skyline fill that finds some tight plans the search misses but proves
-    nothing (:func:`~rtgraph.compiler.memplan.exact.fill_within`): first for a plan at the
+    nothing (:func:`~rtgraph.compiler.memplan.fill.fill_within`): first for a plan at the
     lower bound, then bisecting on the capacity, until the plan is proven optimal or the time limit
     (default :data:`DEFAULT_TIME_LIMIT`) runs out. The placement says whether it is
     ``proven`` and gives the best lower bound proved.
@@ -150,6 +150,7 @@ def plan(
     method: str = "best",
     budget: float | None = None,
     time_limit: float | None = None,
+    capacity: int | None = None,
 ) -> Placement:
     """Offsets for ``records`` in one pool, overlapping lifetimes never overlapping in memory.
 
@@ -161,9 +162,12 @@ def plan(
     fewer than the records); ``time_limit`` the seconds ``"exact"`` may take, counted from
     the call, the heuristic start included (``None``: :data:`DEFAULT_TIME_LIMIT`) —
     ``"best"`` takes one too, but has none by default, so that its answer never depends on
-    the machine.
-    Raises :class:`~rtgraph.errors.InputError` for bad records, alignment, method, budget or
-    time limit, or records past a limit (see
+    the machine. ``capacity`` is the pool the plan must fit, in bytes (``None``: none): the
+    search asks first for a plan within it — the decision MiniMalloc answers, which a
+    compiler with a device's memory size in hand needs — and looks lower only once one fits.
+    Whether the plan fits is ``placement.height <= capacity``.
+    Raises :class:`~rtgraph.errors.InputError` for bad records, alignment, method, budget,
+    time limit or capacity, or records past a limit (see
     :func:`~rtgraph.compiler.memplan.problem.build_problem`).
     """
     if method not in METHODS:
@@ -175,6 +179,7 @@ def plan(
     started = time.perf_counter()  # the time limit counts the heuristic start too
     nodes = _check_budget(budget, exact=method == "exact")
     seconds = _check_time_limit(time_limit)
+    _check_capacity(capacity)
     if method == "exact" and seconds is None:
         seconds = DEFAULT_TIME_LIMIT
     problem = build_problem(records, alignment)
@@ -189,7 +194,15 @@ def plan(
     else:
         offsets, name = _portfolio(problem)
         if method in ("best", "exact"):
-            found = solve(problem, offsets, name, budget=nodes, time_limit=seconds, started=started)
+            found = solve(
+                problem,
+                offsets,
+                name,
+                budget=nodes,
+                time_limit=seconds,
+                started=started,
+                capacity=capacity,
+            )
             return _placement(problem, found.offsets, found.name, found)
     return _placement(problem, offsets, name)
 
@@ -357,6 +370,21 @@ def _check_time_limit(seconds: float | None) -> float | None:
             hint="give a number of seconds, e.g. 10 (0: keep the heuristics' plan)",
         )
     return float(seconds)
+
+
+def _check_capacity(capacity: int | None) -> None:
+    if capacity is None:
+        return
+    if isinstance(capacity, bool) or not isinstance(capacity, Integral) or capacity <= 0:
+        raise InputError(
+            f"capacity must be a positive number of bytes, not {capacity!r}",
+            hint="give the pool's size in bytes, e.g. 1048576",
+        )
+    if capacity > MAX_POOL_BYTES:
+        raise InputError(
+            f"capacity must be at most {MAX_POOL_BYTES} (2**62), not {capacity}",
+            hint="no plan can be larger than 2**62 bytes",
+        )
 
 
 def _check_budget(budget: float | None, *, exact: bool = False) -> int:
