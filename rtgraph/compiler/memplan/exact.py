@@ -16,25 +16,24 @@ every record fit under a capacity? :func:`solve` asks it over and over:
    what is left — nogoods kept from the earlier rounds (below) make the second pass cheaper.
 
 Each probe tries its strategies round-robin with doubling node limits, as MiniMalloc does with
-its preorders, so whichever suits the instance finishes early. The complete search's
-strategies are a preorder and a mode: with the branch on tight sections (and the order kept
-across splits), or as MiniMalloc searches (see
-:func:`~rtgraph.compiler.memplan.search.fits_within`). After them, in every round, comes the
-*skyline fill* (:func:`fill_within`, below), a search that finds plans but cannot prove that
-none exists: in each of its own orders (:data:`FILL_ORDERS`), resuming where it stopped
-(twice the limit), then with a fresh shuffled tie-break (half the limit). Last, so that a
-small budget (the compiler's) is spent as before the fill existed, on the strategies that
-find most of its plans — except on :data:`FILL_FIRST_FROM` records or more, where the fill
-also takes a turn first: there one round of the strategies costs seconds (16 placements a
-record at 0.3–0.6 ms each). No strategy dominates: on MiniMalloc's instance A and on
-guillotine tilings the tight mode finds plans at the lower bound that MiniMalloc's misses
-within 8 CPU seconds, on instance K and other tilings the reverse; alone, the fill packs
-MiniMalloc's D at the capacity (6,658 placements, 2.3 CPU s), H (831, 0.2 s, by lifetime)
-and the benchmark's 1,000-buffer tilings at their optimum (1,200-2,900, under 1 s), which the
-complete search misses in 30 s and 10 s. The searches remember failed node states
-(*nogoods*); a nogood of the complete search found under a capacity holds under any smaller
-one, so a strategy's nogoods are kept while the capacity only falls; the fill keeps its own
-for one capacity.
+its preorders, so whichever suits the instance finishes early. The complete search's strategies
+are a preorder and a mode: with the branch on tight sections (and the order kept across
+splits), or as MiniMalloc searches (see :func:`~rtgraph.compiler.memplan.search.fits_within`).
+After them, in every round, comes the *skyline fill*
+(:func:`~rtgraph.compiler.memplan.fill.fill_within`), a search that finds plans but cannot
+prove that none exists: in each of its own orders (:data:`FILL_ORDERS`), resuming where it
+stopped (twice the limit), then with a fresh shuffled tie-break (half the limit). Last, so that
+a small budget (the compiler's) is spent as before the fill existed, on the strategies that
+find most of its plans — except on :data:`FILL_FIRST_FROM` records or more, where the fill also
+takes a turn first: there one round of the strategies costs seconds (16 placements a record at
+0.3–0.6 ms each). No strategy dominates: on MiniMalloc's instance A and on guillotine tilings
+the tight mode finds plans at the lower bound that MiniMalloc's misses within 8 CPU seconds, on
+instance K and other tilings the reverse; alone, the fill packs MiniMalloc's D at the capacity
+(6,658 placements, 2.3 CPU s), H (831, 0.2 s, by lifetime) and the benchmark's 1,000-buffer
+tilings at their optimum (1,200-2,900, under 1 s), which the complete search misses in 30 s and
+10 s. The searches remember failed node states (*nogoods*); a nogood of the complete search
+found under a capacity holds under any smaller one, so a strategy's nogoods are kept while the
+capacity only falls; the fill keeps its own for one capacity.
 
 It stops at a proof (height = lower bound) or when the work budget (search placements) or the
 time limit runs out, with the best plan found. The answer says whether it is ``proven``. Under
