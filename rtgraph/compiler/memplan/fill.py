@@ -119,11 +119,6 @@ class _Fill:
         self.floor[n_sec] = _INF  # a sentinel: no record lives past the last section
         self.remaining = np.zeros(n_sec + 1, dtype=np.int64)  # sizes still to place
         self.remaining[:n_sec] = p.section_total
-        # Sizes still to place of the records starting (ending) at each section boundary.
-        self.starting = np.zeros(n_sec + 1, dtype=np.int64)
-        self.ending = np.zeros(n_sec + 1, dtype=np.int64)
-        np.add.at(self.starting, p.section_lo[act], p.size[act])
-        np.add.at(self.ending, p.section_hi[act], p.size[act])
         # cross[b]: unplaced records living on both sides of boundary b (before section b).
         cross = np.zeros(n_sec + 2, dtype=np.int64)
         np.add.at(cross, p.section_lo[act] + 1, 1)
@@ -184,8 +179,6 @@ class _Fill:
                 f[2] = (i, a, b, self.floor[a:b].copy())
                 self.floor[a:b] = level + self.size_l[i]
                 self.remaining[a:b] -= self.size_l[i]
-                self.starting[a] -= self.size_l[i]
-                self.ending[b] -= self.size_l[i]
                 self.cross[a + 1 : b] -= 1
                 self.placed[i] = True
                 self.offsets[i] = level
@@ -215,8 +208,6 @@ class _Fill:
         if i < 0:
             return 0
         self.remaining[a:b] += self.size_l[i]
-        self.starting[a] += self.size_l[i]
-        self.ending[b] += self.size_l[i]
         self.cross[a + 1 : b] += 1
         self.placed[i] = False
         return 1
@@ -259,40 +250,11 @@ class _Fill:
         rem = self.remaining[a:b]
         low = section_minima(p.section_lo, p.section_hi, u, lowest, a, b)
         bad = np.flatnonzero((low + rem > self.cap) & (rem > 0))
-        if len(bad):
-            d = a + int(bad[0])
-            there = (slo <= d) & (shi > d)
-            return int(slo[there].min(initial=d)), int(shi[there].max(initial=d + 1))
-        return self._step_uncovered()
-
-    def _step_uncovered(self) -> tuple[int, int] | None:
-        """Sections ``[t - 1, t + 1)`` around a step of the skyline at boundary ``t`` that no
-        completion can fill, or None.
-
-        Where the skyline steps down from ``floor[t - 1]`` to ``floor[t]``, the bytes of section
-        ``t`` between the two levels can only be taken by records that start at ``t`` (one
-        living at ``t - 1`` too would meet the placed records there) or be left empty — at most
-        the section's spare bytes (the capacity less its level and the sizes still to place
-        there). So the step's height is at most the sizes still to place of the records
-        starting at ``t`` plus that spare; a step up likewise, by the records ending at ``t``.
-        This generalises a corner with no option from a valley's bottom byte to every byte of
-        every step, and it depends on the two sections alone, which makes a narrow
-        explanation for backjumping.
-        """
-        n_sec = self.n_sec
-        if n_sec < 2:
-            return None
-        floor = self.floor[:n_sec]
-        spare = self.cap - floor - self.remaining[:n_sec]
-        down = floor[:-1] - floor[1:]  # at boundaries 1 .. n_sec - 1
-        bad = np.flatnonzero(
-            (down > self.starting[1:n_sec] + spare[1:])
-            | (-down > self.ending[1:n_sec] + spare[:-1])
-        )
         if len(bad) == 0:
             return None
-        t = int(bad[0]) + 1
-        return t - 1, t + 1
+        d = a + int(bad[0])
+        there = (slo <= d) & (shi > d)
+        return int(slo[there].min(initial=d)), int(shi[there].max(initial=d + 1))
 
     def _options(self, state: int = 0, near: np.ndarray | None = None) -> list:
         """A new frame for this state: the branches at the most constrained corner of a
