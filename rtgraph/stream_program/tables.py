@@ -301,11 +301,10 @@ def _segments(
     if not n:
         return []
     launch = code == LAUNCH
-    lone_launch = launch & np.isin(ref, np.fromiter(pageable, np.int64)) if pageable else None
     never = (code == WAIT) & (gen == 0)
     alone = (code > CALLBACK) | never
-    if lone_launch is not None:
-        alone |= lone_launch
+    if pageable:
+        alone |= launch & np.isin(ref, np.fromiter(pageable, np.int64))
     runs = ~alone
     starts = runs.copy()
     starts[1:] &= ~runs[:-1] | (stream[1:] != stream[:-1])
