@@ -304,14 +304,16 @@ def main(argv: list[str] | None = None) -> int:
     print(f"machine: {machine()}")
     only = set(args.only.split(",")) if args.only else None
     ok = True
-    if "minimalloc" not in tables:
-        pass
-    elif not data.is_dir():
-        print(f"skipped: shared benchmark data not found at {data} (set RTGRAPH_SHARED_BENCHMARKS)")
-    elif (data / "minimalloc").is_dir():
-        ok &= minimalloc_table(data / "minimalloc", args.method, args.budget, args.time_limit, only)
-    else:
-        print("skipped MiniMalloc instances: folder minimalloc/ missing")
+    if "minimalloc" in tables:
+        if not data.is_dir():
+            where = f"{data} (set RTGRAPH_SHARED_BENCHMARKS)"
+            print(f"skipped: shared benchmark data not found at {where}")
+        elif (data / "minimalloc").is_dir():
+            ok &= minimalloc_table(
+                data / "minimalloc", args.method, args.budget, args.time_limit, only
+            )
+        else:
+            print("skipped MiniMalloc instances: folder minimalloc/ missing")
     if (data / "memplan").is_dir() and not only and "classic" in tables:
         ok &= memplan_table(data / "memplan", args.method, args.budget, args.time_limit)
     if not only and "guillotine" in tables:
