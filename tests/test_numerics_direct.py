@@ -101,7 +101,7 @@ def test_faults_and_finite_checks_keep_the_staging(monkeypatch, options):
     assert made and _direct_tasks(made[-1]) == 0
 
 
-def test_a_task_whose_output_overlaps_its_input_is_staged():
+def test_the_overlap_that_keeps_a_task_staged_is_byte_exact():
     overlap = numerics_module._overlap
     assert overlap(((0, 64),), ((32, 96),))
     assert overlap(((0, 8), (100, 200)), ((150, 160),))
