@@ -12,6 +12,8 @@ Two families, both fast enough to run several times and keep the best:
   every optimal plan is reachable this way for *some* order, so the preorder is the only
   choice a canonical greedy makes.
 
+:func:`portfolio_offsets` keeps the lowest of them: the exact search's starting plan.
+
 Offsets are returned as an int64 array indexed like ``problem.records`` (inactive records at 0).
 """
 
@@ -131,6 +133,21 @@ def greedy_by_size_offsets(problem: Problem, *, fit: str = "best") -> np.ndarray
         else:
             offsets[i] = below[fits[0]]
     return offsets
+
+
+def portfolio_offsets(problem: Problem) -> tuple[np.ndarray, str]:
+    """The lowest of the one-pass heuristics and its name: greedy-by-size, then the skyline
+    under each preorder (first wins ties, so the choice is stable), stopping at the bound."""
+    best, name = greedy_by_size_offsets(problem), "greedy_by_size"
+    height = height_of(problem, best)
+    for heuristic in PREORDERS:
+        if height == problem.lower_bound:
+            break
+        offsets = skyline_offsets(problem, preorder_ranks(problem, heuristic))
+        h = height_of(problem, offsets)
+        if h < height:
+            best, name, height = offsets, f"skyline/{heuristic}", h
+    return best, name
 
 
 def height_of(problem: Problem, offsets: np.ndarray) -> int:

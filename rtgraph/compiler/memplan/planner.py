@@ -15,7 +15,10 @@ Methods (all deterministic: same records, same offsets):
     ``O((n + P) log n)`` for ``n`` records and ``P`` conflicting pairs: a few tens of
     milliseconds for a thousand tensors.
 ``"exact"``
-    The portfolio's best as the incumbent, then branch and bound over canonical placements
+    The portfolio's best as the incumbent, then the same search on the problem coalesced
+    into blocks (buffers of one lifetime stacked, same-size buffers reusing each other's
+    bytes chained: :mod:`rtgraph.compiler.memplan.coalesce`), then branch and bound over
+    canonical placements
     (:mod:`rtgraph.compiler.memplan.exact` driving :mod:`rtgraph.compiler.memplan.search`),
     alternating with a skyline fill that finds some tight plans the search misses but proves
     nothing (:func:`~rtgraph.compiler.memplan.fill.fill_within`): first for a plan at the
@@ -56,11 +59,9 @@ import numpy as np
 
 from rtgraph.compiler.memplan.exact import ExactResult, solve
 from rtgraph.compiler.memplan.greedy import (
-    PREORDERS,
     greedy_by_size_offsets,
     height_of,
-    preorder_ranks,
-    skyline_offsets,
+    portfolio_offsets,
     sweep_offsets,
 )
 from rtgraph.compiler.memplan.overlaps import sweep_overlaps
@@ -192,7 +193,7 @@ def plan(
     if method == "greedy_by_size":
         offsets, name = greedy_by_size_offsets(problem), "greedy_by_size"
     else:
-        offsets, name = _portfolio(problem)
+        offsets, name = portfolio_offsets(problem)
         if method in ("best", "exact"):
             found = solve(
                 problem,
@@ -330,20 +331,6 @@ def _overlapping_pairs(
 
 
 # --- the methods ------------------------------------------------------------------------------
-
-
-def _portfolio(problem: Problem) -> tuple[np.ndarray, str]:
-    """The lowest of the one-pass heuristics (first wins ties, so the choice is stable)."""
-    best, name = greedy_by_size_offsets(problem), "greedy_by_size"
-    height = height_of(problem, best)
-    for heuristic in PREORDERS:
-        if height == problem.lower_bound:
-            break
-        offsets = skyline_offsets(problem, preorder_ranks(problem, heuristic))
-        h = height_of(problem, offsets)
-        if h < height:
-            best, name, height = offsets, f"skyline/{heuristic}", h
-    return best, name
 
 
 def _placement(

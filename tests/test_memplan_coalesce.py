@@ -1,0 +1,118 @@
+"""Coalescing (issue 15): stacks and chains merge into blocks whose plans are plans of the records.
+
+The merged problem keeps the load at every time (so the max-live bound), any plan of it unfolds
+into a valid plan of the original of the same height, and the exact search, which tries it first,
+reaches MiniMalloc's capacity on instances its search of the records alone cannot pack.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from test_memplan import records_strategy
+from test_memplan_exact import tiling
+
+from rtgraph.compiler.memplan import Placement, Record, build_problem, check_placement, exact, plan
+from rtgraph.compiler.memplan.coalesce import RULES, coalesce
+from rtgraph.compiler.memplan.greedy import greedy_by_size_offsets, height_of
+from rtgraph.compiler.memplan.records import read_records_csv
+
+MINIMALLOC = Path(__file__).parent / "data" / "minimalloc"
+
+
+def _load(problem, horizon: int) -> np.ndarray:
+    """Live bytes at every integer time up to ``horizon``."""
+    load = np.zeros(horizon + 1, dtype=np.int64)
+    act = problem.active
+    np.add.at(load, problem.lower[act], problem.size[act])
+    np.add.at(load, problem.upper[act], -problem.size[act])
+    return np.cumsum(load)
+
+
+def _placement(records: list[Record], offsets: np.ndarray, height: int) -> Placement:
+    mapping = {r.id: int(o) for r, o in zip(records, offsets.tolist(), strict=True)}
+    return Placement(mapping, height, 0, "coalesced", False)
+
+
+#: Few distinct times and sizes, so that lifetimes coincide and sizes repeat: stacks and chains.
+mergeable = st.lists(
+    st.tuples(st.integers(0, 6), st.integers(0, 4), st.sampled_from([0, 4, 8, 12])),
+    max_size=16,
+).map(lambda rows: [Record(f"m{k}", a, a + d, s) for k, (a, d, s) in enumerate(rows)])
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    records=st.one_of(records_strategy, mergeable),
+    alignment=st.sampled_from([1, 8]),
+    rule=st.sampled_from(RULES),
+)
+def test_every_plan_of_the_blocks_unfolds_into_a_valid_plan_with_the_same_load(
+    records, alignment, rule
+):
+    problem = build_problem(records, alignment)
+    merged = coalesce(problem, rule)
+    assert merged.problem.n <= max(int(problem.active.sum()), 0)
+    horizon = int(problem.upper.max(initial=0))
+    assert np.array_equal(_load(merged.problem, horizon), _load(problem, horizon))
+    assert merged.problem.lower_bound == problem.lower_bound
+    offsets = merged.expand(greedy_by_size_offsets(merged.problem))
+    height = height_of(problem, offsets)
+    assert height == height_of(merged.problem, greedy_by_size_offsets(merged.problem))
+    aligned = [
+        Record(r.id, r.lower, r.upper, int(s)) for r, s in zip(records, problem.size, strict=True)
+    ]
+    assert check_placement(aligned, _placement(aligned, offsets, height)) == []
+    assert (offsets[~problem.active] == 0).all() and (merged.block[~problem.active] == -1).all()
+
+
+def test_a_stack_and_a_chain_fold_into_one_block_and_unfold_to_their_places():
+    """a then b reuse the same 4 bytes (a chain); c lives over both (a stack with the chain)."""
+    records = [Record("a", 0, 2, 4), Record("b", 2, 5, 4), Record("c", 0, 5, 2)]
+    for rule in RULES:
+        merged = coalesce(build_problem(records), rule)
+        assert [(r.lower, r.upper, r.size) for r in merged.problem.records] == [(0, 5, 6)]
+        offsets = merged.expand(np.array([10]))
+        assert {r.id: int(o) for r, o in zip(records, offsets, strict=True)} in (
+            {"a": 10, "b": 10, "c": 14},
+            {"a": 12, "b": 12, "c": 10},
+        )
+
+
+def test_an_ambiguous_chain_is_left_unmerged():
+    """Two records of size 4 end at 2 and one starts there: which one it reuses is a choice
+    coalescing does not make."""
+    records = [Record("a", 0, 2, 4), Record("b", 1, 2, 4), Record("c", 2, 5, 4)]
+    merged = coalesce(build_problem(records), "chain")
+    assert merged.problem.n == 3
+
+
+def test_unknown_rules_are_refused():
+    with pytest.raises(ValueError, match="rule"):
+        coalesce(build_problem([Record("a", 0, 1, 1)]), "diagonal")
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_coalesced_tilings_reach_the_optimum_in_a_small_budget(seed):
+    """A 300-record guillotine tiling folds back into a few blocks whose plan is optimal."""
+    records = tiling(300, seed)
+    p = plan(records, method="best", budget=3_000)
+    assert check_placement(records, p) == []
+    assert p.height == 64 and p.proven and p.method.startswith("coalesced/")
+
+
+@pytest.mark.parametrize("name", ["A", "E", "I"])
+def test_minimalloc_instances_fit_the_capacity_only_with_coalescing(monkeypatch, name):
+    """Under one work budget, coalescing packs these at MiniMalloc's capacity, proven at their
+    max-live bound; the search of the records alone does not."""
+    records = read_records_csv(MINIMALLOC / f"{name}.1048576.csv")
+    p = plan(records, method="best", budget=5_000, capacity=1_048_576)
+    assert check_placement(records, p) == []
+    assert p.height == p.lower_bound == 1_048_576 and p.proven
+    monkeypatch.setattr(exact, "RULES", ())
+    alone = plan(records, method="best", budget=5_000, capacity=1_048_576)
+    assert alone.height > 1_048_576 and not alone.proven
