@@ -18,6 +18,7 @@ from test_memplan_exact import tiling
 
 from rtgraph.compiler.memplan import Placement, Record, build_problem, check_placement, exact, plan
 from rtgraph.compiler.memplan.coalesce import RULES, coalesce
+from rtgraph.compiler.memplan.exact import solve
 from rtgraph.compiler.memplan.greedy import greedy_by_size_offsets, height_of
 from rtgraph.compiler.memplan.records import read_records_csv
 
@@ -116,3 +117,13 @@ def test_minimalloc_instances_fit_the_capacity_only_with_coalescing(monkeypatch,
     monkeypatch.setattr(exact, "RULES", ())
     alone = plan(records, method="best", budget=5_000, capacity=1_048_576)
     assert alone.height > 1_048_576 and not alone.proven
+
+
+def test_the_blocks_search_keeps_to_the_budget_and_is_deterministic():
+    """Placements among the blocks are charged by the blocks' share of the records: the total
+    stays within the budget (up to rounding, a placement a call), the same twice."""
+    problem = build_problem(tiling(1000, 1))
+    start = greedy_by_size_offsets(problem)
+    runs = [solve(problem, start, "greedy", budget=2_000) for _ in range(2)]
+    assert runs[0].nodes <= 2_000 + 50
+    assert runs[0].nodes == runs[1].nodes and np.array_equal(runs[0].offsets, runs[1].offsets)

@@ -14,7 +14,8 @@ plan of the blocks at the bound is an optimal plan of the records, and the merge
 with a fraction of the records, is far easier to search. Every plan of the blocks unfolds into
 a valid plan of the records (:meth:`Coalesced.expand`); the converse does not hold — a merge
 may pair records that no optimal plan puts together — so this is a heuristic restriction the
-exact search tries first (:func:`~rtgraph.compiler.memplan.exact.solve`), never a proof.
+exact search explores beside the records' own search
+(:func:`~rtgraph.compiler.memplan.exact.solve`), never a proof.
 
 This is where real buffers come from: tensors produced by one task and freed by one task
 share a lifetime, and an elementwise chain frees an input of the size of the output it starts

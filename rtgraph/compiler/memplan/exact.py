@@ -6,16 +6,17 @@ every record fit under a capacity? :func:`solve` asks it over and over:
 1. the incumbent is the heuristic portfolio's best plan, and the lower bound max-live rounded
    up to the granule (every canonical height is a multiple of the gcd of the sizes);
 2. the problem *coalesced* (:mod:`~rtgraph.compiler.memplan.coalesce`: records of one
-   lifetime stacked, a record and the one of its size that starts where it ends chained)
-   is solved as below, stacks first and then chains first, each with
-   :data:`COALESCE_SHARE` of the work and time left: its blocks unfold into a plan of the
-   records and keep max-live, so a block plan at the bound is optimal. With a quarter of the
-   records or fewer (A: 11 blocks of 154 records, E: 54 of 215, I: 104 of 374) it is far
-   easier: on MiniMalloc's A–E, G, I and K it reaches the
-   capacity in under 0.3 s (E and I took the search of the records alone more than 30 s
-   without it), and the benchmark's 300- and 1,000-buffer tilings fold back into blocks
-   packed at their optimum. A block may pair records no optimal plan puts together, so a
-   block plan above the bound proves nothing and the records' own search goes on from it;
+   lifetime stacked, a record and the one of its size that starts where it ends chained),
+   stacks first and chains first: the blocks' heuristic plan, unfolded, is the incumbent if
+   lower, and every round of every probe below searches the blocks (with their own
+   preorders, nogoods and doubling limits) before the records. Blocks keep max-live, so a
+   block plan at the bound is optimal; with a quarter of the records or fewer (A: 11 blocks
+   of 154 records, E: 54 of 215, I: 104 of 374) they are far easier to search: MiniMalloc's
+   A–E, G, I and K reach the capacity in under 2 s (E and I took the records' search alone
+   more than 30 s without them), and the benchmark's tilings of 300 and 1,000 buffers fold
+   back into blocks packed at their optimum. A block may pair records that no optimal plan
+   puts together, so the blocks prove nothing: a search of theirs that runs out says nothing
+   about the records, whose own search goes on beside it;
 3. first at the caller's capacity, if one is given and the plan is above it (the question
    MiniMalloc answers: a plan within the pool), then at the lower bound, each with half of
    what is left (most instances have their optimum there, and a plan at the bound is
@@ -55,26 +56,23 @@ the machine, so the compiler never passes one.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
-from rtgraph.compiler.memplan.coalesce import RULES, coalesce
+from rtgraph.compiler.memplan.coalesce import RULES, Coalesced, coalesce
 from rtgraph.compiler.memplan.fill import Spans, fill_within
 from rtgraph.compiler.memplan.greedy import PREORDERS, height_of, portfolio_offsets, preorder_ranks
 from rtgraph.compiler.memplan.problem import Problem
 from rtgraph.compiler.memplan.search import Outcome, fits_within
 
-__all__ = ["BISECT_SHARE", "COALESCE_SHARE", "FIRST_SHARE", "ExactResult", "solve"]
+__all__ = ["BISECT_SHARE", "FIRST_SHARE", "ExactResult", "solve"]
 
 #: The share of the work and time left that the first probe of a round, at the lower bound,
 #: may take: most instances have their optimum there (8 of MiniMalloc's 11), and a plan there
 #: needs no further proof.
 FIRST_SHARE = 0.5
-#: The share of the work and time left that the search of each coalesced problem may take
-#: (:mod:`~rtgraph.compiler.memplan.coalesce`, one per rule, before the search of the records).
-COALESCE_SHARE = 0.25
 #: The share each bisection probe may take of what is left.
 BISECT_SHARE = 1 / 3
 #: Runs of the skyline fill with shuffled tie-breaks in each round of a probe, after the one
@@ -131,7 +129,7 @@ def solve(
     to the best plan counts from. ``capacity`` (None: none) is a pool the plan must fit: while
     the plan is above it, each round probes there first — the question MiniMalloc answers —
     and goes on to the lower bound only once a plan fits. ``coalescing`` (the default) searches
-    the coalesced problems first. See the module docstring for the order of the probes.
+    the coalesced problems too. See the module docstring for the order of the probes.
     """
     now = clock()
     start = now if started is None else started
@@ -145,18 +143,15 @@ def solve(
         proven = height <= proven_low
         return ExactResult(offsets, name, height, min(height, proven_low), proven, 0, best_time)
     target = -1 if capacity is None else capacity // g * g
-    if coalescing:
-        for rule in RULES:
-            if height <= proven_low or left <= 0 or (stop_at is not None and clock() >= stop_at):
-                break
-            found = _coalesced(problem, rule, left, stop_at, clock, capacity)
-            if found is None:
-                continue
-            left -= found[2]
-            if found[1] < height:
-                offsets, height, best_time = found[0], found[1], clock() - start
-                name = f"coalesced/{rule}+{found[3]}"
-    state = _State(problem, start, stop_at, clock)
+    merged = []  # the coalesced problems that merge something, by rule
+    for rule in RULES if coalescing else ():
+        blocks = coalesce(problem, rule)
+        if blocks.problem.n < int((blocks.block >= 0).sum()):
+            merged.append((rule, blocks))
+            full = blocks.expand(portfolio_offsets(blocks.problem)[0])
+            if height_of(problem, full) < height:  # the blocks' heuristic plan: a better start
+                offsets, height, name = full, height_of(problem, full), f"coalesced/{rule}"
+    state = _State(problem, start, stop_at, clock, merged)
     while height > proven_low and left > 0 and not state.expired():
         # The capacity first while the plan is above it, the bound first, then bisect.
         low, share = proven_low, FIRST_SHARE
@@ -182,45 +177,21 @@ def solve(
     return ExactResult(offsets, name, height, bound, proven, budget - left, best_time)
 
 
-def _coalesced(
-    problem: Problem,
-    rule: str,
-    budget: int,
-    stop_at: float | None,
-    clock: Callable[[], float],
-    capacity: int | None,
-) -> tuple[np.ndarray, int, int, str] | None:
-    """A plan by searching the problem coalesced by ``rule``, with :data:`COALESCE_SHARE` of
-    the work and time left: the offsets, their height, the placements spent and the
-    sub-search's name; None when coalescing merges nothing."""
-    merged = coalesce(problem, rule)
-    if merged.problem.n >= int(problem.active.sum()):
-        return None
-    offsets, name = portfolio_offsets(merged.problem)
-    now = clock()
-    limit = None if stop_at is None else max(stop_at - now, 0.0) * COALESCE_SHARE
-    found = solve(
-        merged.problem,
-        offsets,
-        name,
-        budget=max(int(budget * COALESCE_SHARE), 1),
-        time_limit=limit,
-        clock=clock,
-        started=now,
-        capacity=capacity,
-        coalescing=False,
-    )
-    full = merged.expand(found.offsets)
-    return full, height_of(problem, full), found.nodes, found.name
-
-
 class _State:
     """What the probes of one :func:`solve` share: preorders, nogoods, the clock."""
 
     def __init__(
-        self, problem: Problem, start: float, stop_at: float | None, clock: Callable[[], float]
+        self,
+        problem: Problem,
+        start: float,
+        stop_at: float | None,
+        clock: Callable[[], float],
+        merged: Sequence[tuple[str, Coalesced]] = (),
     ) -> None:
         self.problem = problem
+        #: The coalesced problems by rule, each searched by its own state in every round of a
+        #: probe.
+        self.merged = [(r, m, _State(m.problem, start, stop_at, clock)) for r, m in merged]
         ranks = {h: preorder_ranks(problem, h) for h in PREORDERS}
         self.strategies = [(h, tight, ranks[h]) for h in PREORDERS for tight in (True, False)]
         self.nogoods: dict[tuple[str, bool], tuple[int, dict[int, int]]] = {}  # → (cap, set)
@@ -236,7 +207,8 @@ class _State:
     def probe(
         self, capacity: int, budget: int, time_share: float
     ) -> tuple[tuple[np.ndarray, str] | None, Outcome, int]:
-        """Look for a plan within ``capacity``: each preorder in turn, with doubling limits.
+        """Look for a plan within ``capacity``: each preorder in turn, with doubling limits,
+        the coalesced problems' (see :meth:`_round`) before the records'.
 
         Returns the plan found (with its name) or None, the outcome, and the placements used.
         A proof that the capacity is infeasible ends the probe at once. The probe may take
@@ -247,41 +219,71 @@ class _State:
             now = self.clock()
             stop = now + max(self.stop_at - now, 0.0) * time_share
         deadline = None if stop is None else (lambda: self.clock() >= stop)
-        used = 0
-        limit = 2 * max(self.problem.n, 1)
-        shuffles = iter(range(1, 2**62))
+        used, n = 0, max(self.problem.n, 1)
+        limit = 2 * n
+        shuffles = [iter(range(1, 2**62)) for _ in range(len(self.merged) + 1)]
+        done: set[int] = set()  # coalesced problems proven not to fit: no plan of theirs here
         while used < budget and not (deadline is not None and deadline()):
-            if self.problem.n >= FILL_FIRST_FROM:  # the strategies' rounds cost 16n placements
-                found = self._fill_turn(capacity, limit, budget - used, deadline, shuffles)
-                used += found[2]
-                if found[0] is not None:
-                    return found
-            for heuristic, tight, rank in self.strategies:
-                step = min(limit, budget - used)
-                if step <= 0:
-                    break
-                result = fits_within(
-                    self.problem,
-                    rank,
-                    capacity,
-                    step,
-                    deadline=deadline,
-                    nogoods=self._nogoods((heuristic, tight), capacity),
-                    tight=tight,
+            for k, (rule, merged, sub) in enumerate(self.merged):
+                if k in done or used >= budget:
+                    continue
+                # A placement among m blocks costs m/n of one among the n records: charged
+                # so (and with limits scaled so), the work cap — placements × records — holds.
+                m = sub.problem.n
+                plan, outcome, spent = sub._round(
+                    capacity, limit * m // n, (budget - used) * n // m, deadline, shuffles[k + 1]
                 )
-                used += result.nodes
-                self.nodes += result.nodes
-                if result.outcome is Outcome.FOUND:
-                    name = f"search/{heuristic}" + ("+tight" if tight else "")
-                    return (result.offsets, name), result.outcome, used
-                if result.outcome is Outcome.INFEASIBLE:
-                    return None, result.outcome, used
-            found = self._fill_turn(capacity, limit, budget - used, deadline, shuffles)
+                used += -(-spent * m // n)
+                if plan is not None:
+                    name = f"coalesced/{rule}+{plan[1]}"
+                    return (merged.expand(plan[0]), name), Outcome.FOUND, used
+                if outcome is Outcome.INFEASIBLE:
+                    done.add(k)
+            found = self._round(capacity, limit, max(budget - used, 0), deadline, shuffles[0])
+            used += found[2]
+            if found[0] is not None or found[1] is Outcome.INFEASIBLE:
+                return found[0], found[1], used
+            limit *= 2
+        return None, Outcome.BUDGET, used
+
+    def _round(
+        self,
+        capacity: int,
+        limit: int,
+        budget: int,
+        deadline: Callable[[], bool] | None,
+        shuffles: Iterator[int],
+    ) -> tuple[tuple[np.ndarray, str] | None, Outcome, int]:
+        """One round of a probe: every strategy with ``limit`` placements, then the fill's
+        turn (first too, from :data:`FILL_FIRST_FROM` records). Returns as :meth:`probe`."""
+        used = 0
+        if self.problem.n >= FILL_FIRST_FROM:  # the strategies' rounds cost 16n placements
+            found = self._fill_turn(capacity, limit, budget, deadline, shuffles)
             used += found[2]
             if found[0] is not None:
                 return found
-            limit *= 2
-        return None, Outcome.BUDGET, used
+        for heuristic, tight, rank in self.strategies:
+            step = min(limit, budget - used)
+            if step <= 0:
+                break
+            result = fits_within(
+                self.problem,
+                rank,
+                capacity,
+                step,
+                deadline=deadline,
+                nogoods=self._nogoods((heuristic, tight), capacity),
+                tight=tight,
+            )
+            used += result.nodes
+            self.nodes += result.nodes
+            if result.outcome is Outcome.FOUND:
+                name = f"search/{heuristic}" + ("+tight" if tight else "")
+                return (result.offsets, name), result.outcome, used
+            if result.outcome is Outcome.INFEASIBLE:
+                return None, result.outcome, used
+        found = self._fill_turn(capacity, limit, budget - used, deadline, shuffles)
+        return found[0], found[1], used + found[2]
 
     def _fill_turn(
         self,
