@@ -7,11 +7,12 @@ time such that precedence and capacity hold at every instant. The jobs of a clas
 on *lanes* (streams) that each run their jobs one after another. With demand 1 everywhere and a
 single class this is P|prec|Cmax, the setting of the STG benchmark.
 
-Two methods:
+Methods:
 
-``fast``
+``fast``, ``serial``
     One pass of critical-path list scheduling (HLFET): at each event time, ready jobs start in
-    order of bottom level while cores are free. O((n + e) log n).
+    order of bottom level while cores are free, O((n + e) log n); ``serial`` places them in
+    that order instead, each at its earliest start.
 ``best``
     Several priority rules, each decoded by the parallel and by the serial schedule-generation
     scheme and improved by forward-backward justification; then, unless a lower bound is already
@@ -86,15 +87,19 @@ def list_schedule(
     method: str = "best",
     budget: int = DEFAULT_BUDGET,
     seed: int = 0,
+    levels: Sequence[float] | None = None,
 ) -> Schedule:
     """Schedule ``jobs`` on ``capacity[unit]`` cores per unit class (see the module docstring).
 
     ``budget`` (job placements) and ``seed`` only matter to ``best``. Its priority rules always
     run (eight decodings); the budget pays for them first, then for justification and search,
-    so ``budget=0`` gives the best plain rule.
+    so ``budget=0`` gives the best plain rule. ``serial`` is ``fast``'s one pass by the serial
+    scheme; ``levels`` (one per job, highest first) replace the bottom levels as the priority
+    of the first decoding.
     """
-    if method not in ("fast", "best"):
-        raise CheckError(f"unknown list-scheduling method '{method}'", hint="use 'fast' or 'best'")
+    if method not in ("fast", "serial", "best"):
+        hint = "use 'fast', 'serial' or 'best'"
+        raise CheckError(f"unknown list-scheduling method '{method}'", hint=hint)
     if isinstance(budget, bool) or not isinstance(budget, int) or budget < 0:
         raise CheckError(
             f"budget must be a whole number ≥ 0, got {budget!r}",
@@ -102,7 +107,12 @@ def list_schedule(
         )
     prob = _problem(jobs, capacity)
     bound = _trivial_bound(prob)
-    start = _parallel_sgs(prob, [(-prob.bl[i], prob.rank[i]) for i in range(prob.n)])
+    if levels is not None and len(levels) != prob.n:
+        raise CheckError(f"{len(levels)} levels for {prob.n} jobs", hint="give one level per job")
+    key = [(-(prob.bl if levels is None else levels)[i], prob.rank[i]) for i in range(prob.n)]
+    if method == "serial":
+        return _schedule(prob, _serial_sgs(prob, _priority_list(prob, key)), bound, "serial")
+    start = _parallel_sgs(prob, key)
     if method == "fast":
         return _schedule(prob, start, bound, "fast")
     search = _Search(prob, start, bound, budget)
