@@ -92,6 +92,36 @@ def test_an_ambiguous_chain_is_left_unmerged():
     assert merged.problem.n == 3
 
 
+def _busy(a_sizes: tuple[int, int, int], a_span_of_1_2: tuple[int, int]) -> list[Record]:
+    """At time 10, x (size 5) ends and y (size 5) starts among three other ends and starts."""
+    (s1, s2, s3), (lo1, lo2) = a_sizes, a_span_of_1_2
+    return [
+        Record("x", 0, 10, 5),
+        Record("a1", lo1, 10, s1),
+        Record("a2", lo2, 10, s2),
+        Record("a3", 3, 10, s3),
+        Record("y", 10, 20, 5),
+        Record("b1", 10, 21, 6),
+        Record("b2", 10, 22, 7),
+        Record("b3", 10, 23, 9),
+    ]
+
+
+def test_chains_first_wait_at_a_busy_boundary_until_it_quiets():
+    """Four blocks end and four start at 10: chains first, x and y (the only pair of one size)
+    are not chained there — stacks first, they are. Once a1 and a2 (one lifetime) are stacked,
+    three end at 10, and x and y are chained."""
+    busy = build_problem(_busy((1, 2, 3), (1, 2)))
+    same = [coalesce(busy, rule).block for rule in RULES]
+    assert dict(zip(RULES, [b[0] == b[4] for b in same], strict=True)) == {
+        "stack": True,
+        "chain": False,
+    }
+    quiets = coalesce(build_problem(_busy((1, 2, 4), (1, 1))), "chain")
+    assert quiets.block[0] == quiets.block[4] and quiets.block[1] == quiets.block[2]
+    assert quiets.problem.n == 6
+
+
 def test_unknown_rules_are_refused():
     with pytest.raises(ValueError, match="rule"):
         coalesce(build_problem([Record("a", 0, 1, 1)]), "diagonal")
