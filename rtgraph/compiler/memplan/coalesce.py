@@ -90,17 +90,19 @@ def coalesce(problem: Problem, rule: str) -> Coalesced:
     """
     if rule not in RULES:
         raise ValueError(f"unknown coalescing rule {rule!r}")
-    merger = _Merger(problem)
-    merger.quiet = QUIET_BOUNDARY if rule == "chain" else None
+    merger = _Merger(problem, QUIET_BOUNDARY if rule == "chain" else None)
     merger.run(first=_STACK if rule == "stack" else _CHAIN)
     return merger.result()
 
 
 class _Merger:
-    """The work-list state: blocks by lifetime, by (end, size) and by (start, size)."""
+    """The work-list state: blocks by lifetime, by (end, size), by (start, size), by end and
+    by start. ``quiet``: chains wait at boundaries where as many blocks end and start (None:
+    never)."""
 
-    def __init__(self, problem: Problem) -> None:
+    def __init__(self, problem: Problem, quiet: int | None) -> None:
         self.problem = problem
+        self.quiet = quiet
         act = np.flatnonzero(problem.active)
         self.lo = problem.lower[act].tolist()
         self.up = problem.upper[act].tolist()
@@ -113,7 +115,6 @@ class _Merger:
         self.by_end: dict[tuple[int, int], set[int]] = defaultdict(set)
         self.by_start: dict[tuple[int, int], set[int]] = defaultdict(set)
         self.todo: tuple[list, list] = ([], [])  # heaps of keys to look at, stacks and chains
-        self.quiet = None
         self.ending_at: dict[int, set[int]] = defaultdict(set)
         self.starting_at: dict[int, set[int]] = defaultdict(set)
         for b in range(len(act)):

@@ -13,7 +13,7 @@ every record fit under a capacity? :func:`solve` asks it over and over:
    block plan at the bound is optimal, and with a fraction of the records (A: 11 blocks of
    154 records, E: 54 of 215, F: 120 of 296, I: 104 of 374) they are far easier to search:
    the blocks pack every one of MiniMalloc's A–K within the capacity, all but J at the bound
-   in under 1.5 s (E and I took the records' search alone more than 30 s), and the tilings
+   in under 2 s (E and I took the records' search alone more than 30 s), and the tilings
    of 300 buffers and two of the three of 1,000 fold back into blocks packed at their
    optimum (on 3,300 buffers they start a search that ends 0.4–9 % above it, where the
    records' alone ended 23–27 % above). A block may pair records
