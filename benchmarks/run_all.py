@@ -111,6 +111,12 @@ SCRIPTS: tuple[tuple[str, list[str], list[str], str], ...] = (
         "static memory planner on the MiniMalloc instances",
     ),
     (
+        "minimalloc_peer",
+        ["benchmarks/minimalloc_peer.py"],
+        ["benchmarks/minimalloc_peer.py", "--time-limit", "6"],
+        "the exact planner against MiniMalloc's solver ($MINIMALLOC_BIN), in turn",
+    ),
+    (
         "allocators",
         ["benchmarks/allocators.py"],
         ["benchmarks/allocators.py", "--quick"],
