@@ -151,8 +151,9 @@ def solve(
         if blocks.problem.n < int((blocks.block >= 0).sum()):
             merged.append((rule, blocks))
             full = blocks.expand(portfolio_offsets(blocks.problem)[0])
-            if height_of(problem, full) < height:  # the blocks' heuristic plan: a better start
-                offsets, height, name = full, height_of(problem, full), f"coalesced/{rule}"
+            h = height_of(problem, full)
+            if h < height:  # the blocks' heuristic plan: a better start
+                offsets, height, name = full, h, f"coalesced/{rule}"
     state = _State(problem, start, stop_at, clock, merged)
     while height > proven_low and left > 0 and not state.expired():
         # The capacity first while the plan is above it, the bound first, then bisect.

@@ -15,11 +15,11 @@ Methods (all deterministic: same records, same offsets):
     ``O((n + P) log n)`` for ``n`` records and ``P`` conflicting pairs: a few tens of
     milliseconds for a thousand tensors.
 ``"exact"``
-    The portfolio's best as the incumbent, then the same search on the problem coalesced
-    into blocks (buffers of one lifetime stacked, same-size buffers reusing each other's
-    bytes chained: :mod:`rtgraph.compiler.memplan.coalesce`), then branch and bound over
-    canonical placements
+    The portfolio's best as the incumbent, then branch and bound over canonical placements
     (:mod:`rtgraph.compiler.memplan.exact` driving :mod:`rtgraph.compiler.memplan.search`),
+    of the records and, in the same rounds, of the problem coalesced into blocks (buffers of
+    one lifetime stacked, same-size buffers reusing each other's bytes chained:
+    :mod:`rtgraph.compiler.memplan.coalesce`),
     alternating with a skyline fill that finds some tight plans the search misses but proves
     nothing (:func:`~rtgraph.compiler.memplan.fill.fill_within`): first for a plan at the
     lower bound, then bisecting on the capacity, until the plan is proven optimal or the time limit
