@@ -165,6 +165,13 @@ SCRIPTS: tuple[tuple[str, list[str], list[str], str], ...] = (
         "time and makespan per step (issue 18)",
     ),
     (
+        "dynamic_shapes",
+        ["benchmarks/dynamic_shapes.py"],
+        ["benchmarks/dynamic_shapes.py"],
+        "one compile for several sizes (gears; a batch range run padded) against a static "
+        "compile per size: CPU time, makespans, padding's share (issue 18)",
+    ),
+    (
         "sweep",
         ["benchmarks/sweep.py"],
         ["benchmarks/sweep.py", "--quick"],

@@ -21,12 +21,14 @@ import numpy as np
 from rtgraph import emulator, frontend
 from rtgraph.compiler import CompileOptions, compile_program
 from rtgraph.compiler.optimizer.levels import DEFAULT_LEVEL
+from rtgraph.compiler.padding import PadPlan, pad_plan
 from rtgraph.compiler.scheduling.policies import StreamPolicy
 from rtgraph.device import check_compatibility, load_device, load_named_device
 from rtgraph.device.spec import DeviceSpec
-from rtgraph.errors import UsageError
+from rtgraph.errors import InputError, UsageError
 from rtgraph.frontend.gears import gear_combinations
 from rtgraph.frontend.onnx_import import load_onnx
+from rtgraph.ir.data import generate
 from rtgraph.ir.graph import Program
 from rtgraph.ir.reference import Reference
 from rtgraph.ir.reference import reference as _reference
@@ -144,11 +146,15 @@ def compile_gears(
     device: str | DeviceSpec | None = None,
     options: CompileOptions | None = None,
 ) -> GearedProgram:
-    """Compile a program with dynamic parameters (``B: dyn {1, 2, 4}``) once for every gear
-    combination into one :class:`~rtgraph.stream_program.gears.GearedProgram`; a run picks a
-    gear with :meth:`~rtgraph.stream_program.gears.GearedProgram.select`. Each gear's program
-    is the one :func:`compile` gives at those values (the other parameters as ``program`` was
-    bound). Raises :class:`~rtgraph.errors.UsageError` for a program without gears."""
+    """Compile a program with dynamic parameters (``B: dyn {1, 2, 4}`` or ``B: dyn 1..64``)
+    once for every gear combination into one
+    :class:`~rtgraph.stream_program.gears.GearedProgram`; a run picks a gear with
+    :meth:`~rtgraph.stream_program.gears.GearedProgram.choose`. Each gear's program is the one
+    :func:`compile` gives at those values (the other parameters as ``program`` was bound). A
+    ranged parameter is checked first for padding — bound at its two ends, the program must
+    compute the ends' elements alike (:func:`rtgraph.compiler.padding.pad_plan`), else a
+    :class:`~rtgraph.errors.CheckError` located at the op that forbids it. Raises
+    :class:`~rtgraph.errors.UsageError` for a program without gears."""
     if not program.gears:
         raise UsageError(
             f"program '{program.name}' has no dynamic parameters to compile gears of",
@@ -157,13 +163,65 @@ def compile_gears(
     assert program.source is not None  # a checked .rtg program keeps its text
     spec = device_for(device, program.device)
     options = options or CompileOptions()
-    compiled = []
-    for values in gear_combinations(program.gears):
-        bound = parse(
-            program.source.text, program.source.name, {**program.params, **values}, device=spec
+    fixed = {n: v for n, v in program.params.items() if n not in program.gears}
+    bound = {
+        tuple(values.items()): parse(
+            program.source.text, program.source.name, {**fixed, **values}, device=spec
         )
-        compiled.append((values, compile_program(bound, spec, options)))
-    return GearedProgram(program.name, dict(program.gears), tuple(compiled))
+        for values in gear_combinations(program.gears)
+    }
+    if any(lo < hi for lo, hi in program.ranges.values()):
+        first = {n: g[0] for n, g in program.gears.items()}
+        ends = {n: program.ranges[n][1] for n in program.ranges}
+        pad_plan(bound[tuple(first.items())], bound[tuple({**first, **ends}.items())], first, ends)
+    compiled = tuple(
+        (dict(values), compile_program(checked, spec, options)) for values, checked in bound.items()
+    )
+    return GearedProgram(program.name, dict(program.gears), compiled, dict(program.ranges), fixed)
+
+
+def bind_gear(
+    geared: GearedProgram, values: Mapping[str, int], *, device: str | DeviceSpec | None = None
+) -> Program:
+    """The program ``geared`` was compiled from, checked again at ``values`` (its dynamic
+    parameters'; a ranged one's may lie between gears) — what a run of it is checked against.
+    Raises :class:`~rtgraph.errors.InputError` when ``geared`` holds no source."""
+    compiled = geared.programs[0][1]
+    if compiled.source is None:
+        raise InputError(
+            f"'{geared.name}' holds no source to check a run at {dict(values)} against",
+            hint="recompile it from its .rtg file",
+        )
+    spec = device_for(device, compiled.device)
+    return parse(
+        compiled.source.text, compiled.source.name, {**geared.params, **values}, device=spec
+    )
+
+
+def choose_gear(
+    geared: GearedProgram, values: Mapping[str, int], *, device: str | DeviceSpec | None = None
+) -> tuple[StreamProgram, PadPlan | None]:
+    """The program a run of ``geared`` at ``values`` runs, and — when a ranged parameter's
+    value lies between gears — the plan that pads it to the gear above
+    (:mod:`rtgraph.compiler.padding`; pass it to :func:`run` as ``padding``)."""
+    gear, compiled = geared.choose(values)
+    if compiled.source is None:
+        if gear != dict(values):
+            raise InputError(
+                f"'{geared.name}' holds no source to pad a run at {dict(values)} by",
+                hint=f"recompile it from its .rtg file, or run the gear {gear}",
+            )
+        return compiled, None
+    bound = bind_gear(geared, gear, device=device)
+    shapes = {t.name: t.shape for t in compiled.host_tensors if t.role in ("input", "output")}
+    if shapes != {n: t.type.shape for n, t in bound.tensors.items() if n in shapes}:
+        raise InputError(
+            f"'{geared.name}' at {gear} does not match its source bound at those values",
+            hint="recompile it from its .rtg file",
+        )
+    if gear == dict(values):
+        return compiled, None
+    return compiled, pad_plan(bind_gear(geared, values, device=device), bound, values, gear)
 
 
 def run(
@@ -175,16 +233,28 @@ def run(
     seed: int = 0,
     numerics: bool = True,
     fill_missing: bool = False,
+    padding: PadPlan | None = None,
     **options: Any,
 ):
     """Run a stream program on the emulated device; returns the emulator's result.
 
     ``inputs`` / ``params`` given must hold every input / param of the program, unless
     ``fill_missing`` generates the missing ones from ``seed`` (0 to 2**63 - 1); not given, all
-    of them are generated.
+    of them are generated. With ``padding`` (from :func:`choose_gear`) the inputs are those of
+    the real shapes — given, or generated as a program bound at the real values would generate
+    them — zero-padded to the gear's; the outputs are cut back to the real shapes and the
+    result's ``padding`` is the plan.
     """
     spec = device_for(device, program.device)
-    return emulator.run(
+    if padding is not None:
+        real = dict(inputs or {})
+        for t in program.host_tensors:
+            if t.role == "input" and t.name not in real and (inputs is None or fill_missing):
+                real[t.name] = generate(t.name, padding.inputs[t.name], t.dtype, seed, param=False)
+        shapes = {t.name: t.shape for t in program.host_tensors if t.role == "input"}
+        inputs = padding.pad(real, shapes) if numerics else None
+        fill_missing = fill_missing or params is None
+    result = emulator.run(
         program,
         spec,
         inputs=inputs,
@@ -194,6 +264,10 @@ def run(
         fill_missing=fill_missing,
         **options,
     )
+    if padding is not None:
+        result.outputs = padding.cut(result.outputs)
+        result.padding = padding
+    return result
 
 
 #: The reference to check a run against (:func:`rtgraph.ir.reference.reference`).

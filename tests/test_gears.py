@@ -81,11 +81,12 @@ def test_too_many_gear_combinations_are_refused_before_compiling():
     assert "81 programs" in e.message and f"at most {MAX_GEARS}" in e.message
 
 
-def test_dyn_is_a_keyword_and_a_range_gets_a_hint():
+def test_dyn_is_a_keyword_and_gears_without_braces_get_a_hint():
     e = _error(RtgSyntaxError, "program p() { input dyn: f32[2]\n output y = dyn }")
     assert "'dyn' is a keyword" in e.hint
-    e = _error(RtgSyntaxError, "program p(S: dyn 1..4) { input x: f32[S]\n output y = x }")
-    assert "gears in braces" in e.hint
+    for params in ("S: dyn 1, 4", "S: dyn", "S: dyn [1, 4]"):
+        e = _error(RtgSyntaxError, f"program p({params}) {{ input x: f32[S]\n output y = x }}")
+        assert "gears in braces" in e.hint and "dyn 1..64" in e.hint, params
 
 
 def test_each_gear_is_exactly_the_static_compile_and_runs_to_the_reference():

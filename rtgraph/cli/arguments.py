@@ -12,6 +12,7 @@ import numpy as np
 from rtgraph import api
 from rtgraph.cli.parser import FLAGS
 from rtgraph.compiler.options import OPTIONS, CompileOptions, OptionError, shown
+from rtgraph.compiler.padding import PadPlan
 from rtgraph.emulator.admission import check_against_device
 from rtgraph.emulator.numerics import declared_names
 from rtgraph.errors import RtgError, UsageError
@@ -86,10 +87,29 @@ def read_compiled(args: argparse.Namespace) -> tuple[StreamProgram, object]:
     fits; compile options cannot apply to what is compiled (a usage error), nor -D, except to
     choose a geared program's gear (its dynamic parameters: :mod:`rtgraph.stream_program.gears`).
     """
+    compiled, spec, _, _ = read_run(args, pad=False)
+    return compiled, spec
+
+
+def read_run(
+    args: argparse.Namespace, *, pad: bool = True
+) -> tuple[StreamProgram, object, Program | None, PadPlan | None]:
+    """:func:`read_compiled`, and for a geared program also the program it was compiled from,
+    checked at the values ``-D`` gives (what ``run`` checks the outputs against) and — with
+    ``pad``, for a ranged parameter's value between gears — the plan that pads the run to the
+    gear above (:func:`rtgraph.api.choose_gear`)."""
     found = read_compiled_file(args.file)
+    checked, plan = None, None
     if isinstance(found, GearedProgram):
+        values = parse_defines(args.define)
         try:
-            found = found.select(parse_defines(args.define))
+            if pad:
+                geared = found
+                found, plan = api.choose_gear(geared, values, device=args.device)
+                if geared.programs[0][1].source is not None:
+                    checked = api.bind_gear(geared, values, device=args.device)
+            else:
+                found = found.select(values)
         except RtgError as e:
             raise in_file(args.file, e) from None
     elif args.define:
@@ -109,7 +129,7 @@ def read_compiled(args: argparse.Namespace) -> tuple[StreamProgram, object]:
         check_against_device(compiled, spec)
     except RtgError as e:
         raise in_file(args.file, e) from None
-    return compiled, spec
+    return compiled, spec, checked, plan
 
 
 def compiled_program(args: argparse.Namespace):

@@ -14,7 +14,6 @@ import numpy as np
 from rtgraph import api, serving
 from rtgraph.cli.arguments import (
     BENCH_MODELS,
-    NO_REFERENCE,
     compile_options,
     compiled_program,
     device_spec,
@@ -23,33 +22,28 @@ from rtgraph.cli.arguments import (
     npz_values,
     parse_defines,
     read_compiled,
-    refuse_overwriting_inputs,
 )
-from rtgraph.cli.cluster_run import bench_scaling, cmd_run_cluster
+from rtgraph.cli.cluster_run import bench_scaling
 from rtgraph.cli.completion import SCRIPTS
-from rtgraph.cli.gears import each_gear, geared_text, run_shapes, still_dynamic
-from rtgraph.cli.pages import is_sweep_folder, write_run_page, write_sweep_page
+from rtgraph.cli.gears import each_gear, gear_heading, geared_text, still_dynamic
 from rtgraph.cli.parser import build_parser
+from rtgraph.cli.run import cmd_report, cmd_run
 from rtgraph.compiler.memplan import greedy_by_size, plan, read_records_csv
 from rtgraph.compiler.optimizer.pipeline import optimized_ir
 from rtgraph.device import describe, list_devices
 from rtgraph.errors import RtgError, UsageError
 from rtgraph.files import write_atomic
-from rtgraph.frontend.onnx_import import OnnxProgram, import_onnx
+from rtgraph.frontend.onnx_import import import_onnx
 from rtgraph.ir.data import check_seed
-from rtgraph.ir.interpreter import check_supplied, evaluate
+from rtgraph.ir.interpreter import evaluate
 from rtgraph.ir.printing import format_program
-from rtgraph.ir.reference import check_mode
 from rtgraph.ops import op_table
 from rtgraph.reports.advisor import advise, format_advice
 from rtgraph.reports.explain import explain
-from rtgraph.reports.memory_snapshot import write_run_snapshot
-from rtgraph.reports.precision import as_rewritten, precision_json, run_lines, run_precision
 from rtgraph.reports.profiler import check_profile_options, profile, write_csvs
 from rtgraph.reports.rtg_source import emit_rtg
-from rtgraph.reports.trace import write_trace
 from rtgraph.serving import report as serving_report
-from rtgraph.stream_program.listing import compile_report, format_listing, to_dot
+from rtgraph.stream_program.listing import format_listing, to_dot
 from rtgraph.stream_program.races import check_races, describe_race, fix_hint
 
 
@@ -136,7 +130,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     options = compile_options(args)
     program = load_program(args)
     for values, bound in each_gear(args, program):  # the program itself when it has none
-        heading = ", ".join(f"{n}={v}" for n, v in values.items())
+        heading = gear_heading(values, program.gears, program.ranges)
         print(f"## gear {heading}\n" if heading else "", end="")
         print(explain(bound, options.for_device(device_spec(args, bound, options))))
     return 0
@@ -157,161 +151,10 @@ def cmd_eval(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    if getattr(args, "cluster", None):
-        return cmd_run_cluster(args)
-    for flag in ("data_parallel", "pipeline", "micro_batches", "tensor_parallel"):
-        if getattr(args, flag, 1) != 1:
-            raise UsageError(f"--{flag.replace('_', '-')} needs --cluster NAME")
-    check_seed(args.seed)
-    if getattr(args, "shapes", None):  # `rtgraph report` runs through here without it
-        return run_shapes(args)
-    program, compiled, spec = compiled_program(args)
-    if args.memory_snapshot and not (compiled.meta.get("alloc") or {}).get("kind"):
-        raise UsageError(  # refused before the run, not after it
-            "--memory-snapshot needs a run-time allocator: this program has a static memory plan",
-            hint="add --alloc pytorch (or pool, mixed, direct, buddy)",
-        )
-    inputs = npz_values(args, "input", program, compiled)
-    params = npz_values(args, "param", program, compiled)
-    if params is None and isinstance(program, OnnxProgram):  # the model's own weights
-        params = program.weights
-    if program is not None:  # located errors for what the npz files miss, before the run
-        check_supplied(program, inputs, params, fill_missing=args.fill_missing)
-    supplied = {"inputs": inputs, "params": params, "seed": args.seed}
-    mode = "none"
-    if program is not None and not args.timing_only:
-        mode = check_mode(program, args.check)
-    result = api.run(
-        compiled,
-        device=spec,
-        numerics=not args.timing_only,
-        fill_missing=args.fill_missing,
-        **supplied,
-    )
-    report, precision = {}, None
-    if mode != "none":
-        options = compile_options(args)
-        checked = as_rewritten(program, options.for_device(spec))  # --precision: as rewritten
-        reference = api.reference(checked, check=mode, fill_missing=args.fill_missing, **supplied)
-        report = api.compare(result.outputs, reference)
-        if options.precision != "keep":
-            found = (program, options, spec, result.outputs, result.makespan_us, supplied)
-            precision = run_precision(*found)
-    _write_reports(args, result, compiled, spec)
-    html = getattr(args, "html", None)
-    if html:
-        checked = report if mode != "none" else None
-        write_run_page(args, html, (program, compiled, spec), result, checked)
-    if getattr(args, "command", None) == "report":
-        makespan = f"makespan {result.makespan_us:,.3f} µs"
-        print(f"wrote {html}: {result.program} on {result.device}, {makespan}")
-        return 0
-    if args.json:
-        data = result.to_json()
-        data["reference"] = {k: v["max_abs"] for k, v in report.items()}
-        data["reference_equal"] = {k: v["equal"] for k, v in report.items()}
-        data["reference_checked"] = mode != "none"
-        data["check"] = mode
-        data["reference_elements"] = {k: v["checked"] for k, v in report.items()}
-        data["policy"] = compiled.meta.get("policy")
-        if precision is not None:
-            data["precision"] = precision_json(precision)
-        print(json.dumps(data, indent=1))
-    else:
-        print(result.summary())
-        print()
-        for line in compile_report(compiled):
-            print(f"compiler: {line}")
-        if program is None:
-            print(f"\nno check against the reference interpreter: {NO_REFERENCE}")
-        elif mode == "none" and not args.timing_only:
-            print("\nno check against the reference interpreter (--check none)")
-        if report:
-            print(f"\ncheck against the reference interpreter{_check_scope(mode, report, result)}:")
-            for name, r in report.items():
-                verdict = "bit-equal" if r["equal"] else "DIFFERS"
-                size = r["checked"]
-                odd = f"  ({r['nonfinite']} of {size} values inf/NaN)" if r["nonfinite"] else ""
-                print(
-                    f"  {name:<16} max abs {r['max_abs']:.3g}  max rel {r['max_rel']:.3g}  "
-                    f"{verdict}{odd}"
-                )
-        if precision is not None:
-            print("\n" + "\n".join(run_lines(precision)))
-    return 0
-
-
-def cmd_report(args: argparse.Namespace) -> int:
-    """``rtgraph report``: ``run`` with its HTML page as the product; for a folder ``rtgraph
-    sweep`` wrote, the sweep's page (:mod:`rtgraph.cli.pages`)."""
-    if is_sweep_folder(args.file):
-        print(f"wrote {write_sweep_page(args.file, args.output)}")
-        return 0
-    args.html = args.output or Path(args.file).with_suffix(".html").name
-    args.json, args.advise, args.memory_snapshot = False, False, None
-    refuse_overwriting_inputs(args)
-    return cmd_run(args)
-
-
 def cmd_completion(args: argparse.Namespace) -> int:
     """``rtgraph completion bash|zsh``: the shell script, generated from the parser."""
     print(SCRIPTS[args.shell](build_parser()), end="")
     return 0
-
-
-def _check_scope(mode: str, report: dict, result) -> str:
-    """What a check covered, after "check against the reference interpreter"."""
-    if mode != "sample":
-        return ""
-    checked = sum(r["checked"] for r in report.values())
-    size = sum(result.outputs[name].size for name in report if name in result.outputs)
-    return f" (sample: {checked:,} of {size:,} elements; --check full for every one)"
-
-
-def _window(text: str | None) -> tuple[float, float] | None:
-    if not text:
-        return None
-    start, sep, end = text.partition(":")
-    try:
-        lo = float(start) if start else 0.0
-        hi = float(end) if end else float("inf")
-    except ValueError:
-        raise UsageError(f"--window {text}: expected START:END in µs, e.g. 100:250") from None
-    if not sep or hi <= lo:
-        raise UsageError(f"--window {text}: expected START:END with START < END")
-    return lo, hi
-
-
-def _write_reports(args: argparse.Namespace, result, compiled, spec) -> None:
-    """The pictures and traces a run was asked for (each file written whole or not at all)."""
-    if getattr(args, "trace", None):
-        write_trace(args.trace, result, compiled, spec)
-    if getattr(args, "memory_snapshot", None):
-        write_run_snapshot(result, args.memory_snapshot, device=spec)
-    if any(getattr(args, name, None) for name in ("timeline", "memory_map", "memory_plot")):
-        _write_pictures(args, result, compiled, spec)
-    if getattr(args, "advise", False):
-        print(format_advice(advise(result, compiled, spec)))
-
-
-def _write_pictures(args: argparse.Namespace, result, compiled, spec) -> None:
-    """The timeline and memory pictures a run was asked for."""
-    # matplotlib: loaded only when a picture is asked for
-    from rtgraph.reports import allocviz, memoryviz
-    from rtgraph.reports.style import save_figure
-    from rtgraph.reports.timeline import plot_timeline
-
-    if args.timeline:
-        figure = plot_timeline(result, compiled, window=_window(args.window), device=spec)
-        save_figure(figure, args.timeline)
-    at_runtime = compiled.memory.policy.startswith("runtime:")
-    if args.memory_map:
-        plot_map = allocviz.plot_allocation_map if at_runtime else memoryviz.plot_memory_map
-        save_figure(plot_map(compiled, result), args.memory_map)
-    if args.memory_plot:
-        plot_use = allocviz.plot_allocator_memory if at_runtime else memoryviz.plot_memory
-        save_figure(plot_use(compiled, result), args.memory_plot)
 
 
 def cmd_advise(args: argparse.Namespace) -> int:

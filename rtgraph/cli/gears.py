@@ -55,6 +55,26 @@ def each_gear(args: argparse.Namespace, program: Program) -> list[tuple[dict[str
     ]
 
 
+def gear_heading(
+    values: dict[str, int],
+    gears: dict[str, tuple[int, ...]],
+    ranges: dict[str, tuple[int, int]],
+) -> str:
+    """``B=8`` — and for a ranged parameter the values the gear serves, the ones below it
+    padded: ``B=8 (runs B = 5..8; 5..7 padded)``."""
+    parts = []
+    for name, value in values.items():
+        part = f"{name}={value}"
+        if name in ranges:
+            below = [g for g in gears[name] if g < value]
+            first = below[-1] + 1 if below else value
+            if first < value:
+                padded = f"{first}" if first == value - 1 else f"{first}..{value - 1}"
+                part += f" (runs {name} = {first}..{value}; {padded} padded)"
+        parts.append(part)
+    return ", ".join(parts)
+
+
 def geared_text(
     args: argparse.Namespace, program: Program, spec: DeviceSpec, options: CompileOptions
 ) -> str:
@@ -64,7 +84,7 @@ def geared_text(
         return json.dumps(geared.to_dict(), indent=1)
     parts = []
     for values, compiled in geared.programs:
-        shown = ", ".join(f"{n}={v}" for n, v in values.items())
+        shown = gear_heading(values, geared.gears, geared.ranges)
         parts.append(f"## gear {shown}\n\n{format_listing(compiled)}")
     return "\n".join(parts)
 
@@ -103,7 +123,7 @@ def run_shapes(args: argparse.Namespace) -> int:
     for values in itertools.product(*shapes.values()):
         chosen = {**fixed, **dict(zip(names, values, strict=True))}
         rows.append([*values, *_run_one(args, geared, chosen)])
-    header = [*names, "tasks", "makespan µs", "memory peak B", "max rel error"]
+    header = [*names, "tasks", "makespan µs", "memory peak B", "padded to", "max rel error"]
     table = [header, *[[_cell(c) for c in row] for row in rows]]
     widths = [max(len(r[i]) for r in table) for i in range(len(header))]
     for row in table:
@@ -124,26 +144,39 @@ def _geared(path: str) -> GearedProgram:
 def _run_one(
     args: argparse.Namespace, geared: GearedProgram | None, values: dict[str, int]
 ) -> list[object]:
-    """Tasks, makespan, memory peak and the error against the reference (None: not checked)
-    of one run at ``values``: ``geared``'s gear, else the .rtg compiled at them."""
+    """Tasks, makespan, memory peak, the gear a padded run ran on (None: not padded) and the
+    error against the reference (None: not checked) of one run at ``values``: ``geared``'s gear
+    (the one above, padded, for a ranged value between gears), else the .rtg compiled at them."""
     numerics = not args.timing_only
     if geared is not None:
         try:
-            compiled = geared.select(values)
+            compiled, plan = api.choose_gear(geared, values, device=args.device)
+            program = None
+            if numerics and compiled.source is not None:
+                program = api.bind_gear(geared, values, device=args.device)
         except RtgError as e:
             raise in_file(args.file, e) from None
-        result = api.run(compiled, device=args.device, numerics=numerics, seed=args.seed)
-        return [len(compiled.tasks), result.makespan_us, result.memory_peak_bytes, None]
+        result = api.run(
+            compiled, device=args.device, numerics=numerics, seed=args.seed, padding=plan
+        )
+        padded = None
+        if plan is not None:
+            padded = ", ".join(f"{plan.gear[n]}" for n in plan.values) + f" ({plan.wasted:.0%})"
+        error = None if program is None else _error(result, program, args.seed)
+        return [len(compiled.tasks), result.makespan_us, result.memory_peak_bytes, padded, error]
     options = compile_options(args)
     program = api.load(args.file, values, device=args.device)
     spec = options.for_device(api.device_for(args.device, program.device)).target
     compiled = api.compile(program, device=spec, options=options)
     result = api.run(compiled, device=spec, numerics=numerics, seed=args.seed)
-    error = None
-    if numerics:
-        report = api.compare(result.outputs, api.reference(program, seed=args.seed))
-        error = max((r["max_rel"] for r in report.values()), default=0.0)
-    return [len(compiled.tasks), result.makespan_us, result.memory_peak_bytes, error]
+    error = _error(result, program, args.seed) if numerics else None
+    return [len(compiled.tasks), result.makespan_us, result.memory_peak_bytes, None, error]
+
+
+def _error(result, program: Program, seed: int) -> float:
+    """The largest relative error of ``result``'s outputs against the reference of ``program``."""
+    report = api.compare(result.outputs, api.reference(program, seed=seed))
+    return max((r["max_rel"] for r in report.values()), default=0.0)
 
 
 def _cell(value: object) -> str:

@@ -203,6 +203,9 @@ class RunResult:
     profile: str | None = None
     numerics: bool = True
     reference: dict[str, Any] | None = None
+    #: a padded run's plan (:class:`rtgraph.compiler.padding.PadPlan`): the gear it ran on,
+    #: the real shapes its outputs were cut to, the share of its work that was padding
+    padding: Any = None
     stream_program: Any = field(default=None, repr=False, compare=False)
     device_spec: Any = field(default=None, repr=False, compare=False)
 

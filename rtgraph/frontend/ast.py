@@ -332,16 +332,19 @@ class ProgramParam:
     name: Ident
     default: Expr | None
     span: Span
-    #: ``dyn {g1, g2, …}``: the parameter's gears (None: a compile-time parameter)
+    #: ``dyn {g1, g2, …}`` or ``dyn lo..hi``: the values it may take at run time (None: a
+    #: compile-time parameter)
     gears: GearSet | None = None
 
 
 @dataclass(slots=True)
 class GearSet:
-    """The values ``{…}`` a dynamic parameter may take at run time."""
+    """The values ``{…}`` a dynamic parameter may take at run time, or (``range``) the two
+    ends of ``lo..hi``."""
 
     values: tuple[Expr, ...]
     span: Span
+    range: bool = False
 
 
 @dataclass(slots=True)

@@ -96,6 +96,9 @@ class AstBuilder:
     def gear_set(self, c: list) -> ast.GearSet:
         return ast.GearSet(tuple(_nodes(c)), self.span(c))
 
+    def gear_range(self, c: list) -> ast.GearSet:
+        return ast.GearSet((c[0], c[2]), self.span(c), range=True)
+
     def block(self, c: list) -> _Block:
         return _Block(tuple(_nodes(c)), self.span(c))
 

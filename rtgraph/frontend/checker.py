@@ -73,6 +73,7 @@ class Checker(GraphChecker):
         self.events: list[str] = []
         self.priorities: dict[str, int] = {}
         self.gears: dict[str, tuple[int, ...]] = {}  # each dynamic parameter's gears
+        self.ranges: dict[str, tuple[int, int]] = {}  # the ends of each ranged one's
         self.outputs: list[str] = []
         self.recorded: set[str] = set()
         self.copied: dict[tuple[str, str], Span] = {}  # placed host copies, where written
@@ -122,6 +123,7 @@ class Checker(GraphChecker):
             events=self.events,
             stream_priorities=self.priorities,
             gears=self.gears,
+            ranges=self.ranges,
             graph_replays=tuple(self.graph_replays),
             source=self.module.source,
         )

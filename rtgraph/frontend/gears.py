@@ -1,4 +1,4 @@
-"""Dynamic parameters with gears: ``program p(B: dyn {1, 2, 4, 8} = 1)``.
+"""Dynamic parameters with gears: ``program p(B: dyn {1, 2, 4, 8} = 1)`` or ``B: dyn 1..64``.
 
 A parameter declared ``dyn`` with a set of *gears* is compiled once for each gear (each
 combination of gears, when several parameters are dynamic) into one artifact, and the run
@@ -7,6 +7,11 @@ chooses the program of the gear it is given — Ascend ATC's ``--dynamic_batch_s
 gear has its own tiling choices, streams and memory plan, so every gear runs exactly as a
 static compile at that value would. A value that is not a gear is refused (pad to a gear
 yourself, or add it to the set).
+
+A *range* ``lo..hi`` promises every value from ``lo`` to ``hi``: it is compiled at a ladder of
+gears (:func:`range_gears`: ``lo``, the powers of two between, ``hi``), and a run at a value
+between two of them runs the gear above it on padded inputs — where the compile has found
+that sound (:mod:`rtgraph.compiler.padding`).
 
 This module checks a parameter's gears as the checker evaluates them: each a compile-time
 integer ≥ 1, none twice, at most :data:`MAX_GEARS` programs in all, and the parameter's value
@@ -25,6 +30,50 @@ from rtgraph.frontend import ast
 MAX_GEARS = 64
 
 Report = Callable[..., None]  # the checker's error(message, span, hint=…)
+
+
+def range_gears(lo: int, hi: int) -> tuple[int, ...]:
+    """The gears a range ``lo..hi`` is compiled at: its ends and every power of two between,
+    so that a run pads by less than half of the gear it runs on."""
+    ladder = {lo, hi}
+    power = 1
+    while power < hi:
+        if power > lo:
+            ladder.add(power)
+        power *= 2
+    return tuple(sorted(ladder))
+
+
+def check_range(
+    p: ast.ProgramParam,
+    ends: list[int | None],
+    value: int | None,
+    given: bool,
+    error: Report,
+) -> tuple[int, int] | None:
+    """The ends of ``p``'s range ``lo..hi`` (sizes, ``lo`` ≤ ``hi``, the parameter's value
+    between them); reports what is wrong and returns None."""
+    assert p.gears is not None and p.gears.range
+    name = p.name.name
+    lo, hi = ends
+    if lo is None or hi is None:
+        return None
+    if lo < 1 or hi < lo:
+        error(
+            f"range {lo}..{hi} of parameter '{name}' is not a range of sizes",
+            p.gears.span,
+            hint="a range lo..hi of sizes has 1 ≤ lo ≤ hi",
+        )
+        return None
+    if value is not None and not lo <= value <= hi:
+        where = "-D" if given else "its default"
+        error(
+            f"parameter '{name}' = {value} ({where}) is outside its range {lo}..{hi}",
+            p.name.span if given or p.default is None else p.default.span,
+            hint=f"choose a value from {lo} to {hi}",
+        )
+        return None
+    return lo, hi
 
 
 def gear_list(gears: tuple[int, ...]) -> str:

@@ -13,7 +13,7 @@ from typing import Protocol
 
 from rtgraph.errors import Span, did_you_mean
 from rtgraph.frontend import ast, consteval
-from rtgraph.frontend.gears import check_gears
+from rtgraph.frontend.gears import MAX_GEARS, check_gears, check_range, range_gears
 from rtgraph.frontend.parser import INT_LIMIT
 from rtgraph.frontend.values import POISON, Bound, Scope
 
@@ -23,6 +23,7 @@ class Binder(Protocol):
 
     program_scope: Scope
     gears: dict[str, tuple[int, ...]]
+    ranges: dict[str, tuple[int, int]]
 
     def error(self, message: str, span: Span, hint: str | None = None) -> None: ...
     def rebound(self, ident: ast.Ident) -> None: ...
@@ -80,9 +81,21 @@ def _bind_gears(ck: Binder, p: ast.ProgramParam, value: int | None, given: bool)
     """Record a dynamic parameter's gears (:mod:`rtgraph.frontend.gears` checks them);
     its value is the one given or its default — a gear — else the smallest gear."""
     assert p.gears is not None
+    what = "an end of the range" if p.gears.range else "a gear"
     values = [
-        ck.compile_time_int(g, f"a gear of parameter '{p.name.name}'") for g in p.gears.values
+        ck.compile_time_int(g, f"{what} of parameter '{p.name.name}'") for g in p.gears.values
     ]
+    if p.gears.range:
+        ends = check_range(p, values, value, given, ck.error)
+        if ends is None:
+            return None
+        ladder = range_gears(*ends)
+        if len(ladder) > MAX_GEARS:  # only a range of sizes past 2**63 could
+            ck.error(f"range of '{p.name.name}' is too wide", p.gears.span)
+            return None
+        ck.gears[p.name.name] = ladder
+        ck.ranges[p.name.name] = ends
+        return ends[0] if value is None and not given else value
     gears = check_gears(p, values, value, given, ck.error)
     if gears is None:
         return None

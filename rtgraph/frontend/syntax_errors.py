@@ -152,6 +152,10 @@ _KEYWORDS = {
 _IN_ANNOTATION = re.compile(r"@precision[ \t]*(\([ \t]*[A-Za-z0-9_]*[ \t]*)?$")
 
 
+#: A program parameter's ``dyn`` and what follows it, up to the token in error.
+_AFTER_DYN = re.compile(r":\s*dyn\b[^{}]*$")
+
+
 def _syntax_hint(tok: Token, expected: set[str], source: Source) -> str | None:
     if tok.type == "AT_PRECISION":
         return (
@@ -163,12 +167,12 @@ def _syntax_hint(tok: Token, expected: set[str], source: Source) -> str | None:
         before = text[text.rfind("\n", 0, tok.start_pos) + 1 : tok.start_pos]
         if _IN_ANNOTATION.search(before):
             return "write the precision in parentheses: @precision(f32) (or f16, bf16, int8)"
-    if expected == {"LBRACE"} and tok.type != "$END" and tok.start_pos is not None:
-        before = source.text[: tok.start_pos].rstrip()
-        if before.endswith("dyn"):
+    if tok.type != "$END" and tok.start_pos is not None:
+        before = source.text[: tok.start_pos]
+        if _AFTER_DYN.search(before[before.rfind("(") + 1 :]):
             return (
-                "a dynamic parameter lists its gears in braces: B: dyn {1, 2, 4, 8} (shape "
-                "ranges are not supported: list the sizes to compile)"
+                "a dynamic parameter lists its gears in braces, B: dyn {1, 2, 4, 8}, or gives "
+                "a range, B: dyn 1..64"
             )
     if tok.type == "EQUAL" and expected == {"NAME"}:
         return "is the name before '=' a keyword? keywords cannot be used as names"

@@ -179,6 +179,9 @@ class Program:
     source: Source | None = None
     #: each dynamic parameter's gears (``B: dyn {1, 2, 4}``; docs/dynamic-shapes.md)
     gears: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    #: the ends of each dynamic parameter declared with a range (``B: dyn 1..64``), whose
+    #: gears are :func:`rtgraph.frontend.gears.range_gears`; a run between them is padded
+    ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
     #: each ``replay step N`` unrolled into ``nodes``: (graph, replay index, the tensors its
     #: ops made, the statement's span) — :mod:`rtgraph.compiler.replays` marks its launches
     graph_replays: tuple[Replay, ...] = ()

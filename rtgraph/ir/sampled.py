@@ -268,6 +268,6 @@ def _matmul(
         rows_of_a = a[..., first : first + ROW_BLOCK, :]
         part = sum_type(rows_of_a, wide(rows_of_a))
         result[..., first : first + ROW_BLOCK, :] = to_value(
-            matmul_block(part, bw, None), out.dtype
+            matmul_block(part, bw, None, rows=a.shape[-2]), out.dtype
         )
     return result

@@ -113,10 +113,19 @@ def _matmul_cost(types: Types, out: TensorType, attrs: Attrs) -> Cost:
 
 #: Rows of a matmul's result computed per BLAS call. BLAS picks its kernels (and so its
 #: summation order) by the call's shape, so a row computed in a call of 1,024 rows and the same
-#: row in a call of 512 can differ in the last bit. Computing every product in blocks of this
-#: many rows makes a row's value independent of how many rows share the matmul: the optimizer's
-#: row tiling, in multiples of this, stays bit-exact.
+#: row in a call of 512 can differ in the last bit. Computing every product in calls of exactly
+#: :func:`row_block` rows — this many, or the power of two at or above a smaller product's row
+#: count, the last block zero-padded to it — makes a row's value independent of how many rows
+#: share the matmul: the optimizer's row tiling, in multiples of this, stays bit-exact, and so
+#: does a run padded to the gear above it (:mod:`rtgraph.compiler.padding`), whose row count
+#: rounds up to the same call.
 ROW_BLOCK = 64
+
+
+def row_block(rows: int) -> int:
+    """The rows of each BLAS call for a product of ``rows`` rows: :data:`ROW_BLOCK`, or the
+    power of two at or above ``rows`` when that is smaller."""
+    return min(ROW_BLOCK, 1 << max(rows - 1, 0).bit_length())
 
 
 def row_blocks(a: np.ndarray) -> range | None:
@@ -127,13 +136,25 @@ def row_blocks(a: np.ndarray) -> range | None:
     return range(0, a.shape[-2], ROW_BLOCK)
 
 
-def matmul_block(a: np.ndarray, b: np.ndarray, first: int | None) -> np.ndarray:
+def matmul_block(
+    a: np.ndarray, b: np.ndarray, first: int | None, rows: int | None = None
+) -> np.ndarray:
     """Rows ``first`` … ``first + ROW_BLOCK - 1`` of ``a @ b`` (all of it for None), computed in
-    the one BLAS call the kernel makes for them: ``a`` wide, ``b`` wide and C-contiguous. The
-    sampled reference (:mod:`rtgraph.ir.sampled`) computes single blocks the same way."""
-    if first is None:
+    the one BLAS call the kernel makes for them: ``a`` wide, ``b`` wide and C-contiguous, the
+    call :func:`row_block` rows of the product's ``rows`` (``a``'s, when not given) tall, the
+    rows past ``a``'s zero. The sampled reference (:mod:`rtgraph.ir.sampled`) computes single
+    blocks the same way."""
+    if a.ndim < 2:
         return np.matmul(np.ascontiguousarray(a), b)
-    return np.matmul(np.ascontiguousarray(a[..., first : first + ROW_BLOCK, :]), b)
+    block = row_block(a.shape[-2] if rows is None else rows)
+    part = a if first is None else a[..., first : first + block, :]
+    have = part.shape[-2]
+    if have == block:
+        return np.matmul(np.ascontiguousarray(part), b)
+    padded = np.zeros((*part.shape[:-2], block, part.shape[-1]), part.dtype)
+    padded[..., :have, :] = part
+    out = np.matmul(padded, b)
+    return out[..., :have, :] if b.ndim >= 2 else out[..., :have]
 
 
 def _matmul_kernel(arrays: Arrays, attrs: Attrs) -> np.ndarray:

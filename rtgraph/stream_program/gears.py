@@ -5,21 +5,25 @@
 choices, streams, events and memory plan, exactly what a static compile at those values
 gives — and the run picks one by the values it is given (:meth:`GearedProgram.select`), as
 Ascend's ATC builds one model for ``--dynamic_batch_size`` and the runtime chooses the gear
-per execution. Nothing is compiled at run time; a value that is not a gear is refused.
+per execution. Nothing is compiled at run time; a value that is not a gear is refused —
+unless the parameter was declared with a range (``B: dyn 1..64``): a value in the range then
+runs the gear above it, padded (:meth:`GearedProgram.choose`, :mod:`rtgraph.compiler.padding`).
 
 The JSON form (``rtgraph compile`` of such a program) is one object::
 
     {"schema": "rtgraph.geared-program", "version": 1, "name": …,
-     "gears": {"B": [1, 2, 4, 8]},
+     "gears": {"B": [1, 2, 4, 8]}, "ranges": {"B": [1, 8]}, "params": {"D": 256},
      "programs": [{"values": {"B": 1}, "program": {…a stream program…}}, …]}
 
-each ``program`` checked field by field as a stream program file is.
+each ``program`` checked field by field as a stream program file is; ``ranges`` (the ends of
+each ranged parameter) and ``params`` (the other parameters' values, to bind the source again
+at a padded run's real values) may be absent, as in files written before ranges.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rtgraph.errors import InputError, StreamProgramError
@@ -36,6 +40,10 @@ class GearedProgram:
     name: str
     gears: dict[str, tuple[int, ...]]
     programs: tuple[tuple[dict[str, int], StreamProgram], ...]
+    #: the ends of each parameter declared with a range (its gears are the range's ladder)
+    ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: the values of the program's other parameters, as compiled
+    params: dict[str, int] = field(default_factory=dict)
 
     @property
     def device(self) -> str:
@@ -44,6 +52,20 @@ class GearedProgram:
     def select(self, values: Mapping[str, int]) -> StreamProgram:
         """The program compiled for ``values`` (every dynamic parameter given; values for a
         gear the set lacks are refused, naming the gears)."""
+        gear, program = self.choose(values)
+        if gear != dict(values):
+            name = next(n for n in values if values[n] != gear[n])
+            raise InputError(
+                f"-D {name}={values[name]}: not a gear of '{self.name}' (its range "
+                f"{self.ranges[name][0]}..{self.ranges[name][1]} runs it padded to {gear[name]})",
+                hint=f"run it with rtgraph run (which pads it), or choose the gear {gear[name]}",
+            )
+        return program
+
+    def choose(self, values: Mapping[str, int]) -> tuple[dict[str, int], StreamProgram]:
+        """The gear ``values`` run on and its program: the gear itself, or — for a value of a
+        ranged parameter between two gears — the gear above it (the run is then padded); any
+        other value is refused, naming the gears or the range."""
         unknown = sorted(set(values) - set(self.gears))
         if unknown:
             raise InputError(
@@ -58,15 +80,26 @@ class GearedProgram:
                 f"'{self.name}' was compiled for several values of {missing[0]}: choose one",
                 hint=f"-D {missing[0]}=… with one of its gears: {choices}",
             )
+        gear = {}
         for name, value in values.items():
-            if value not in self.gears[name]:
+            if name in self.ranges:
+                lo, hi = self.ranges[name]
+                if not lo <= value <= hi:
+                    raise InputError(
+                        f"-D {name}={value}: outside the range {lo}..{hi} of '{self.name}'",
+                        hint=f"choose a value from {lo} to {hi}, or recompile with a wider range",
+                    )
+                gear[name] = min(g for g in self.gears[name] if g >= value)
+            elif value not in self.gears[name]:
                 choices = ", ".join(str(g) for g in self.gears[name])
                 raise InputError(
                     f"-D {name}={value}: not a gear of '{self.name}' (gears: {choices})",
-                    hint="pad to the next gear, or recompile with the value added to the set",
+                    hint="pad to the next gear, add the value to the set, or declare a range "
+                    f"({name}: dyn lo..hi) to have runs between gears padded",
                 )
-        wanted = dict(values)
-        return next(p for v, p in self.programs if v == wanted)
+            else:
+                gear[name] = value
+        return gear, next(p for v, p in self.programs if v == gear)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -74,6 +107,8 @@ class GearedProgram:
             "version": VERSION,
             "name": self.name,
             "gears": {n: list(g) for n, g in self.gears.items()},
+            "ranges": {n: list(r) for n, r in self.ranges.items()},
+            "params": dict(self.params),
             "programs": [{"values": v, "program": to_dict(p)} for v, p in self.programs],
         }
 
@@ -136,4 +171,40 @@ def geared_from_dict(data: dict[str, Any]) -> GearedProgram:
             f"programs: {len(programs)} for {expected} gear combinations",
             hint="every combination of the gears has its program",
         )
-    return GearedProgram(name, table, tuple(programs))
+    return GearedProgram(name, table, tuple(programs), _ranges(data, table), _params(data, table))
+
+
+def _ranges(data: dict[str, Any], gears: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, int]]:
+    """The ``ranges`` of a geared program's JSON, each the ends of one of its dynamic
+    parameters' gears."""
+    ranges = data.get("ranges", {})
+    if not isinstance(ranges, dict):
+        raise StreamProgramError("ranges: must map dynamic parameters to [lo, hi]")
+    out = {}
+    for name, ends in ranges.items():
+        if (
+            name not in gears
+            or not isinstance(ends, list)
+            or len(ends) != 2
+            or not all(type(e) is int and e >= 1 for e in ends)
+            or ends[0] > ends[1]
+            or (gears[name][0], gears[name][-1]) != tuple(ends)
+        ):
+            raise StreamProgramError(
+                f"ranges.{name}: must be [lo, hi] of a dynamic parameter, its least and its "
+                "greatest gear"
+            )
+        out[name] = (ends[0], ends[1])
+    return out
+
+
+def _params(data: dict[str, Any], gears: dict[str, tuple[int, ...]]) -> dict[str, int]:
+    """The ``params`` of a geared program's JSON: integers, none of them dynamic."""
+    params = data.get("params", {})
+    if (
+        not isinstance(params, dict)
+        or any(n in gears for n in params)
+        or not all(type(v) is int for v in params.values())
+    ):
+        raise StreamProgramError("params: must map the program's other parameters to integers")
+    return dict(params)

@@ -1,0 +1,143 @@
+"""Compile once, run at several sizes, against a static compile per size (issue 18, item 1).
+
+Two workloads, each timed in turn in process CPU time (one process, each contender measured
+whole: its compiles and its runs):
+
+* **the naive attention at S = 128, 777, 2048, 4096** (models/attention_naive.rtg, the
+  issue's case). Its sequence length cannot be padded (the scores' keys are summed by the
+  softmax), so the one compile is a gear set, ``S: dyn {128, 777, 2048, 4096}``: one stream
+  program per size. "once" is that compile and a run of each gear; "static" is a compile and a
+  run per size. Runs are timing-only by default (``--numerics`` adds the numbers, which cost
+  the same in both and dominate: 40 s at 4,096).
+* **a batch range**: models/transformer_stack.rtg with ``B: dyn 1..16`` (compiled at 1, 2, 4,
+  8, 16) run at B = 3, 5, 9, 16 with numerics — a padded run for the three between gears —
+  against a static compile and run per value; each row gives both makespans, the gear run and
+  the share of its flops spent on padding, and whether every output element equals the
+  reference interpreter's at that B.
+
+Usage: python benchmarks/dynamic_shapes.py [--numerics]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from rtgraph import api  # noqa: E402
+
+ATTENTION_SIZES = (128, 777, 2048, 4096)
+BATCHES = (3, 5, 9, 16)
+
+
+def cpu(fn):
+    start = time.process_time()
+    result = fn()
+    return time.process_time() - start, result
+
+
+def _program(model: str, old: str, new: str) -> str:
+    """The bundled model's text with its program line changed."""
+    text = (ROOT / "models" / f"{model}.rtg").read_text()
+    assert old in text, old
+    return text.replace(old, new)
+
+
+def attention(numerics: bool) -> None:
+    sizes = ", ".join(str(s) for s in ATTENTION_SIZES)
+    text = _program(
+        "attention_naive",
+        "program attention_naive(S = 1024",
+        f"program attention_naive(S: dyn {{{sizes}}} = 2048",
+    )
+    static_text = (ROOT / "models" / "attention_naive.rtg").read_text()
+
+    def once():
+        geared = api.compile_gears(api.parse(text, "attention_naive.rtg"))
+        return [
+            api.run(geared.select({"S": s}), numerics=numerics).makespan_us for s in ATTENTION_SIZES
+        ]
+
+    def static():
+        spans = []
+        for s in ATTENTION_SIZES:
+            compiled = api.compile(api.parse(static_text, "attention_naive.rtg", {"S": s}))
+            spans.append(api.run(compiled, numerics=numerics).makespan_us)
+        return spans
+
+    once_s, once_spans = cpu(once)
+    static_s, static_spans = cpu(static)
+    compile_s = cpu(lambda: api.compile_gears(api.parse(text, "attention_naive.rtg")))[0]
+    runs = "with numerics" if numerics else "timing-only"
+    print(f"#### attention_naive at S = {sizes}: one compile of the gears, runs {runs}\n")
+    print("| contender | CPU s | of which compiling | makespans µs |")
+    print("|---|---:|---:|---|")
+    shown = ", ".join(f"{m:,.1f}" for m in once_spans)
+    print(f"| compile once (gears) + 4 runs | {once_s:.2f} | {compile_s:.2f} | {shown} |")
+    shown = ", ".join(f"{m:,.1f}" for m in static_spans)
+    print(f"| 4 × (compile + run) | {static_s:.2f} | — | {shown} |")
+    print(f"\nstatic ÷ once: {static_s / once_s:.2f}× (the issue's target: ≥ 3×)\n")
+
+
+def batch_range() -> None:
+    text = _program(
+        "transformer_stack",
+        "program transformer_stack(B = 4",
+        "program transformer_stack(B: dyn 1..16 = 4",
+    )
+    static_text = (ROOT / "models" / "transformer_stack.rtg").read_text()
+    rows = []
+
+    def once():
+        geared = api.compile_gears(api.parse(text, "transformer_stack.rtg"))
+        for b in BATCHES:
+            compiled, plan = api.choose_gear(geared, {"B": b})
+            result = api.run(compiled, padding=plan, seed=b)
+            rows.append([b, result, plan])
+        return geared
+
+    def static():
+        out = []
+        for b in BATCHES:
+            program = api.parse(static_text, "transformer_stack.rtg", {"B": b})
+            out.append((program, api.run(api.compile(program), seed=b)))
+        return out
+
+    once_s, _ = cpu(once)
+    static_s, statics = cpu(static)
+    print("#### transformer_stack with B: dyn 1..16 (gears 1, 2, 4, 8, 16), runs with numerics\n")
+    print(
+        "| B | gear run | padding's share of flops | makespan µs, once | makespan µs, static "
+        "| once ÷ static | outputs = reference at B |"
+    )
+    print("|---:|---:|---:|---:|---:|---:|---|")
+    for (b, result, plan), (program, alone) in zip(rows, statics, strict=True):
+        report = api.compare(result.outputs, api.reference(program, check="full", seed=b))
+        equal = all(r["equal"] for r in report.values())
+        gear = plan.gear["B"] if plan else b
+        share = f"{plan.wasted:.1%}" if plan else "—"
+        ratio = result.makespan_us / alone.makespan_us
+        print(
+            f"| {b} | {gear} | {share} | {result.makespan_us:,.1f} | {alone.makespan_us:,.1f} "
+            f"| {ratio:.3f} | {'bit-equal' if equal else 'DIFFERS'} |"
+        )
+    print(
+        f"\nCPU s: compile once + 4 runs {once_s:.2f}, 4 × (compile + run) {static_s:.2f} "
+        f"(static ÷ once {static_s / once_s:.2f}×)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--numerics", action="store_true", help="attention runs with numbers")
+    args = parser.parse_args()
+    attention(args.numerics)
+    batch_range()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,228 @@
+"""Padding a run to the gear above it: when that is sound, and what it costs.
+
+A parameter declared with a range (``B: dyn 1..64``) is compiled at a ladder of gears (1, 2,
+4, …, 64: :func:`rtgraph.frontend.gears.range_gears`), and a run at a value between two gears
+runs the program of the gear above it on inputs padded with zeros, keeping each output's
+leading part — XLA's bucketing, or ATC's gears with the padding done for the caller. That is
+sound only when every element the run keeps is computed from real elements alone: along every
+axis whose extent the parameter sets, each op must compute its result's elements from the same
+index of its operands (a batch, or the rows of a matmul), never reduce or mix along it (a
+softmax over a sequence, a matmul's inner dimension), and every such axis must stay a leading
+block through reshapes. :func:`pad_plan` decides it from the program bound at the run's values
+and at the gear's: the two must have the same ops; an axis is *padded* where their extents
+differ; each op's padded axes must be exactly the ones
+:func:`~rtgraph.compiler.optimizer.split_axes.operand_axes` can compute in independent parts,
+carried to the same padded axes of its operands — the rule the tiling pass splits by, so a
+padded run computes its real elements as a tile of the gear's would. Params and consts may not
+depend on the parameter (their values would need padding too).
+
+The cost is shown, not hidden: the plan holds the flops of the program at the real values and
+at the gear's, so a run reports the share of its work that was padding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from rtgraph.compiler.optimizer.split_axes import Split, operand_axes
+from rtgraph.dtypes import TensorType
+from rtgraph.errors import CheckError, Span
+from rtgraph.ir.graph import HostCopyNode, OpNode, Program
+from rtgraph.ir.reference import program_flops
+
+
+@dataclass(frozen=True)
+class PadPlan:
+    """How a run at ``values`` runs on the program compiled for ``gear``."""
+
+    values: dict[str, int]
+    gear: dict[str, int]
+    #: each host input's real shape (the gear's program takes it zero-padded to its own)
+    inputs: dict[str, tuple[int, ...]]
+    #: each output's real shape (the leading part of the gear's output that is kept)
+    outputs: dict[str, tuple[int, ...]]
+    #: the program's flops at the real values and at the gear's
+    flops: int
+    padded_flops: int
+
+    @property
+    def wasted(self) -> float:
+        """The share of the gear's flops spent on padding."""
+        return 1.0 - self.flops / self.padded_flops if self.padded_flops else 0.0
+
+    def pad(self, inputs: Mapping[str, np.ndarray], shapes: Mapping[str, tuple[int, ...]]):
+        """``inputs`` (real shapes) zero-padded to ``shapes`` (the gear's)."""
+        out = {}
+        for name, value in inputs.items():
+            if value.shape == tuple(shapes[name]):
+                out[name] = value
+                continue
+            widths = [(0, g - r) for r, g in zip(value.shape, shapes[name], strict=True)]
+            out[name] = np.pad(value, widths)
+        return out
+
+    def cut(self, outputs: Mapping[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """The gear's ``outputs`` cut to their real leading parts."""
+        return {
+            name: value[tuple(slice(0, n) for n in self.outputs[name])]
+            if name in self.outputs
+            else value
+            for name, value in outputs.items()
+        }
+
+    def describe(self) -> str:
+        """One line for a run's report."""
+        moved = ", ".join(f"{n} {v} → {self.gear[n]}" for n, v in self.values.items())
+        return (
+            f"padded to the gear above: {moved}; {self.padded_flops:,} flops run, "
+            f"{self.padded_flops - self.flops:,} ({self.wasted:.1%}) of them on padding"
+        )
+
+
+#: Ops that compute each sample — axis 0 of their first operand and of their result — by
+#: calls of their own (a convolution's batched matmul, a pooling's or a normalisation's
+#: reductions within the sample), the other operands (weights, statistics) needed whole. The
+#: tiling pass does not cut along it (its cost model has no sample tiles), so the rule is
+#: padding's.
+PER_SAMPLE = frozenset({"conv2d", "pool2d", "groupnorm", "batchnorm", "lrn"})
+
+
+def _split(node: OpNode, axis: int, types: Sequence[TensorType], out: TensorType) -> Split | None:
+    """:func:`operand_axes`, and axis 0 of a :data:`PER_SAMPLE` op."""
+    if node.op in PER_SAMPLE and axis == 0:
+        return (0, *(None for _ in types[1:]))
+    return operand_axes(node, axis, types, out)
+
+
+def _refuse(message: str, span: Span | None, names: str) -> CheckError:
+    return CheckError(
+        message,
+        span,
+        hint=f"padding {names} is sound only along axes no op reduces or mixes; list the "
+        f"sizes you run as gears instead ({names.split(',')[0]}: dyn {{…}})",
+    )
+
+
+def _where(span: Span | None) -> str:
+    return f" (line {span.line})" if span is not None else ""
+
+
+def pad_plan(
+    real: Program, padded: Program, values: Mapping[str, int], gear: Mapping[str, int]
+) -> PadPlan:
+    """Whether ``real`` (bound at ``values``) may run as ``padded`` (bound at ``gear``) on
+    zero-padded inputs, keeping the leading part of each output (see the module); a
+    :class:`~rtgraph.errors.CheckError` located at the first op that forbids it, if not."""
+    names = ", ".join(values)
+    if len(real.nodes) != len(padded.nodes) or set(real.tensors) != set(padded.tensors):
+        raise _refuse(
+            f"the program's ops depend on {names}: bound at {dict(values)} and at "
+            f"{dict(gear)} it has different ops, so one cannot run as the other",
+            padded.source and Span(padded.source, 1, 1, 1, 2),
+            names,
+        )
+    dyn: dict[str, tuple[int, ...]] = {}
+    for name, t in padded.tensors.items():
+        r = real.tensors[name]
+        if r.kind != t.kind or r.type.dtype != t.type.dtype or r.type.rank != t.type.rank:
+            raise _refuse(f"tensor '{t.display or name}' changes with {names}", t.span, names)
+        axes = tuple(
+            i for i, (a, b) in enumerate(zip(r.type.shape, t.type.shape, strict=True)) if a != b
+        )
+        if any(r.type.shape[i] > t.type.shape[i] for i in axes):
+            raise _refuse(
+                f"tensor '{t.display or name}' is larger at {dict(values)} than at the gear's "
+                f"{dict(gear)}",
+                t.span,
+                names,
+            )
+        if axes and t.kind in ("param", "const", "buffer"):
+            raise _refuse(
+                f"{t.kind} '{t.display or name}' has a shape {names} sets: its values would "
+                "need padding too",
+                t.span,
+                names,
+            )
+        if axes:
+            dyn[name] = axes
+    for r_node, node in zip(real.nodes, padded.nodes, strict=True):
+        if type(r_node) is not type(node):
+            raise _refuse(f"the program's statements depend on {names}", node.span, names)
+        if isinstance(node, HostCopyNode) and r_node != node:
+            raise _refuse(f"a host copy{_where(node.span)} changes with {names}", node.span, names)
+        if isinstance(node, OpNode):
+            assert isinstance(r_node, OpNode)
+            _check_op(real, padded, r_node, node, dyn, names)
+    return PadPlan(
+        values=dict(values),
+        gear=dict(gear),
+        inputs={t.name: real.tensors[t.name].type.shape for t in padded.inputs()},
+        outputs={name: real.tensors[name].type.shape for name in padded.outputs},
+        flops=program_flops(real),
+        padded_flops=program_flops(padded),
+    )
+
+
+def _check_op(
+    real: Program,
+    padded: Program,
+    r_node: OpNode,
+    node: OpNode,
+    dyn: Mapping[str, tuple[int, ...]],
+    names: str,
+) -> None:
+    """``node``'s padded result axes are computed from the same indices of its operands'
+    padded axes, and every padded operand axis is carried (nothing reduces over padding)."""
+    if r_node.op != node.op or r_node.inputs != node.inputs or r_node.output != node.output:
+        raise _refuse(f"the program's ops depend on {names}", node.span, names)
+    what = f"{node.op}{_where(node.span)}"
+    types = [padded.tensors[n].type for n in node.inputs]
+    r_types = [real.tensors[n].type for n in node.inputs]
+    out, r_out = padded.tensors[node.output].type, real.tensors[node.output].type
+    carried: list[set[int]] = [set() for _ in node.inputs]
+
+    def _alike(split: Split, r_split: Split | None, axis: int) -> bool:
+        """The real binding splits as the gear's, each carried axis as long as the result's —
+        an axis of extent one at the real values counts as carried (broadcasting it is
+        taking it)."""
+        if r_split is None:
+            r_split = tuple(None for _ in split)
+        for j, (a, r) in enumerate(zip(split, r_split, strict=True)):
+            if a is None:
+                if r is not None:
+                    return False
+                continue
+            if r not in (a, None) or (
+                r is None and (r_types[j].shape[a], r_out.shape[axis]) != (1, 1)
+            ):
+                return False
+            if (types[j].shape[a], r_types[j].shape[a]) != (out.shape[axis], r_out.shape[axis]):
+                return False
+        return True
+
+    for axis in dyn.get(node.output, ()):
+        split = _split(node, axis, types, out)
+        if split is None or not _alike(split, _split(r_node, axis, r_types, r_out), axis):
+            raise _refuse(
+                f"{what} does not compute its result's elements along axis {axis} "
+                f"independently of each other, and {names} sets that axis's extent: padding "
+                "would change the real elements",
+                node.span,
+                names,
+            )
+        for j, a in enumerate(split):
+            if a is not None:
+                carried[j].add(a)
+    for j, name in enumerate(node.inputs):
+        left = set(dyn.get(name, ())) - carried[j]
+        if left:
+            raise _refuse(
+                f"{what} reduces or mixes along axis {min(left)} of its operand "
+                f"'{padded.tensors[name].display or name}', whose extent {names} sets: "
+                "padding would enter the real elements",
+                node.span,
+                names,
+            )

@@ -1,0 +1,373 @@
+"""Ranges of dynamic parameters and padded runs (issue 18, item 1): ``B: dyn 1..64`` compiles at
+a ladder of gears, a run between two gears runs the one above on zero-padded inputs and keeps
+the outputs' leading part — where the compile has shown every kept element is computed from
+real elements alone — with the padding's share of the work in the report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rtgraph import api
+from rtgraph.compiler.options import CompileOptions
+from rtgraph.compiler.padding import pad_plan
+from rtgraph.errors import CheckError, InputError, StreamProgramError
+from rtgraph.frontend.gears import range_gears
+from rtgraph.ir.reference import program_flops
+from rtgraph.ops.cube import ROW_BLOCK, matmul_block, row_block
+from rtgraph.stream_program.gears import geared_from_dict
+
+MLP = """\
+program mlp(B: dyn 1..16 = 3, D = 64) {
+    input  x  : f16[B, D]
+    param  w1 : f16[D, 4 * D]
+    param  b1 : f16[4 * D]
+    param  w2 : f16[4 * D, D]
+    output y = softmax(gelu(x @ w1 + b1) @ w2, axis = -1)
+}
+"""
+
+
+def _geared(text: str = MLP, **params: int):
+    return api.compile_gears(api.parse(text, "r.rtg", params or None))
+
+
+def _run_padded(geared, values: dict[str, int], seed: int = 1):
+    compiled, plan = api.choose_gear(geared, values)
+    result = api.run(compiled, seed=seed, padding=plan)
+    expected = api.reference(api.bind_gear(geared, values), seed=seed)
+    return result, expected, plan
+
+
+@pytest.mark.parametrize(
+    ("lo", "hi", "ladder"),
+    [
+        (1, 16, (1, 2, 4, 8, 16)),
+        (100, 1000, (100, 128, 256, 512, 1000)),
+        (128, 4096, (128, 256, 512, 1024, 2048, 4096)),
+        (5, 5, (5,)),
+        (3, 4, (3, 4)),
+    ],
+)
+def test_a_range_is_compiled_at_its_ends_and_the_powers_of_two_between(lo, hi, ladder):
+    assert range_gears(lo, hi) == ladder
+    for v in range(lo, hi + 1, max(1, (hi - lo) // 97)):
+        gear = min(g for g in ladder if g >= v)
+        assert gear < 2 * v  # a run never pads to twice its size or more
+
+
+def test_a_range_is_bound_at_any_value_in_it_and_records_its_ladder():
+    program = api.parse(MLP, "r.rtg")
+    assert program.params["B"] == 3  # a value between gears: checking binds it as given
+    assert program.gears == {"B": (1, 2, 4, 8, 16)} and program.ranges == {"B": (1, 16)}
+    assert api.parse(MLP, "r.rtg", {"B": 11}).tensors["x"].type.shape == (11, 64)
+
+
+@pytest.mark.parametrize(
+    ("params", "values", "message"),
+    [
+        ("B: dyn 8..2", {}, "range 8..2 of parameter 'B' is not a range of sizes"),
+        ("B: dyn 0..4", {}, "range 0..4 of parameter 'B' is not a range of sizes"),
+        ("B: dyn 1..4 = 9", {}, "parameter 'B' = 9 (its default) is outside its range 1..4"),
+        ("B: dyn 1..4", {"B": 5}, "parameter 'B' = 5 (-D) is outside its range 1..4"),
+    ],
+)
+def test_bad_ranges_are_located_errors(params, values, message):
+    text = f"program p({params}) {{ input x: f32[B]\n output y = x }}"
+    with pytest.raises(CheckError) as info:
+        api.parse(text, "r.rtg", values)
+    assert message in info.value.message
+    assert info.value.span is not None and info.value.span.line == 1
+
+
+def test_every_value_of_the_range_runs_bit_equal_to_the_reference_at_its_own_size():
+    geared = _geared()
+    assert [v for v, _ in geared.programs] == [{"B": g} for g in (1, 2, 4, 8, 16)]
+    for b in range(1, 17):
+        result, expected, plan = _run_padded(geared, {"B": b})
+        assert result.outputs["y"].shape == (b, 64)
+        np.testing.assert_array_equal(result.outputs["y"], expected["y"])
+        if b in (1, 2, 4, 8, 16):
+            assert plan is None and result.padding is None
+            continue
+        gear = 1 << (b - 1).bit_length()
+        assert plan.gear == {"B": gear} and result.padding is plan
+        # every op's work is linear in B here, so the wasted share is the padded rows'
+        assert plan.wasted == pytest.approx(1 - b / gear, rel=1e-9)
+        assert f"B {b} → {gear}" in plan.describe()
+
+
+CNN = """\
+program cnn(N: dyn 1..4 = 3) {
+    input  x : f16[N, 4, 8, 8]
+    param  w : f16[8, 4, 3, 3]
+    param  g : f16[8]
+    param  b : f16[8]
+    h = silu(groupnorm(conv2d(x, w, padding = 1), g, b, groups = 2, eps = 1e-5))
+    output y = pool2d(lrn(h, size = 3), kind = max, kernel = 2, stride = 2)
+}
+"""
+
+
+def test_a_batch_of_samples_through_convolutions_and_norms_pads_bit_for_bit():
+    geared = _geared(CNN)
+    for n in (1, 2, 3, 4):
+        result, expected, plan = _run_padded(geared, {"N": n})
+        assert (plan is not None) == (n == 3)
+        np.testing.assert_array_equal(result.outputs["y"], expected["y"])
+
+
+@pytest.mark.parametrize("streams", ["single", "by-unit", "list"])
+def test_padded_runs_are_bit_equal_and_race_free_under_every_stream_policy(streams):
+    text = Path("models/transformer_stack.rtg").read_text()
+    text = text.replace(
+        "program transformer_stack(B = 4", "program transformer_stack(B: dyn 1..4 = 4"
+    )
+    program = api.parse(text, "transformer_stack.rtg", {"S": 16, "L": 1})
+    geared = api.compile_gears(program, options=CompileOptions(streams=streams))
+    result, expected, plan = _run_padded(geared, {"B": 3})
+    assert plan.gear == {"B": 4} and not result.races
+    for name, value in expected.items():
+        np.testing.assert_array_equal(result.outputs[name], value)
+
+
+def test_a_padded_run_takes_supplied_inputs_at_their_real_shape():
+    geared = _geared()
+    x = np.random.default_rng(5).standard_normal((5, 64)).astype(np.float16)
+    compiled, plan = api.choose_gear(geared, {"B": 5})
+    result = api.run(compiled, inputs={"x": x}, seed=2, padding=plan)
+    expected = api.reference(api.bind_gear(geared, {"B": 5}), inputs={"x": x}, seed=2)
+    np.testing.assert_array_equal(result.outputs["y"], expected["y"])
+
+
+def test_a_timing_only_padded_run_is_the_gears_timeline():
+    geared = _geared()
+    compiled, plan = api.choose_gear(geared, {"B": 5})
+    padded = api.run(compiled, numerics=False, padding=plan)
+    gear = api.run(geared.select({"B": 8}), numerics=False)
+    assert padded.makespan_us == gear.makespan_us and padded.padding is plan
+
+
+REFUSED = [
+    # a softmax over the padded axis: the padding would enter every real element's sum
+    (
+        "program p(S: dyn 2..8 = 4) { input x: f32[4, S]\n output y = softmax(x, axis = -1) }",
+        "softmax (line 2) does not compute its result's elements along axis 1 independently",
+    ),
+    # a matmul's inner dimension
+    (
+        "program p(S: dyn 2..8 = 4) { input a: f32[4, S]\n input b: f32[S, 4]\n output y = a @ b }",
+        "matmul (line 3) reduces or mixes along axis 1",
+    ),
+    # a matmul's columns: BLAS blocks them by the call's width
+    (
+        "program p(S: dyn 2..8 = 4) { input a: f32[4, 4]\n input b: f32[4, S]\n output y = a @ b }",
+        "matmul (line 3) does not compute its result's elements along axis 1 independently",
+    ),
+    # a param whose shape the parameter sets
+    (
+        "program p(B: dyn 2..8 = 4) { input x: f32[B, 4]\n param w: f32[B, 4]\n output y = x + w }",
+        "param 'w' has a shape B sets",
+    ),
+    # a reduction along the padded axis
+    (
+        "program p(B: dyn 2..8 = 4) { input x: f32[B, 4]\n output y = reduce_sum(x, axis = 0) }",
+        "reduce_sum (line 2) reduces or mixes along axis 0",
+    ),
+]
+
+
+@pytest.mark.parametrize(("text", "message"), REFUSED)
+def test_a_range_padding_would_corrupt_is_refused_at_the_op_that_forbids_it(text, message):
+    program = api.parse(text, "r.rtg")
+    with pytest.raises(CheckError) as info:
+        api.compile_gears(program)
+    assert message in info.value.message
+    assert info.value.span is not None and "as gears instead" in info.value.hint
+
+
+def test_the_naive_attentions_sequence_length_cannot_be_padded():
+    text = Path("models/attention_naive.rtg").read_text()
+    text = text.replace(
+        "program attention_naive(S = 1024", "program attention_naive(S: dyn 128..4096 = 1024"
+    )
+    with pytest.raises(CheckError) as info:
+        api.compile_gears(api.parse(text, "attention_naive.rtg"))
+    assert info.value.span.line == 30  # the scores: q @ kᵀ, then softmax over the keys
+
+
+def test_a_gear_set_is_not_padded_and_select_names_the_padding_choose_does():
+    geared = api.compile_gears(api.parse(MLP.replace("1..16 = 3", "{1, 4, 16} = 4"), "g.rtg"))
+    with pytest.raises(InputError, match="not a gear") as info:
+        geared.choose({"B": 3})
+    assert "declare a range" in info.value.hint
+    ranged = _geared()
+    with pytest.raises(InputError, match="runs it padded to 8"):
+        ranged.select({"B": 5})
+    with pytest.raises(InputError, match=r"outside the range 1\.\.16"):
+        ranged.choose({"B": 17})
+
+
+def test_the_json_form_keeps_the_ranges_and_params_and_is_checked():
+    geared = _geared(D=32)
+    data = json.loads(json.dumps(geared.to_dict()))
+    assert data["ranges"] == {"B": [1, 16]} and data["params"] == {"D": 32}
+    back = geared_from_dict(data)
+    assert back.ranges == {"B": (1, 16)} and back.params == {"D": 32}
+    _, plan = api.choose_gear(back, {"B": 7})
+    assert plan.inputs == {"x": (7, 32)} and plan.outputs == {"y": (7, 32)}
+    for key, bad in [
+        ("ranges", {"B": [2, 16]}),  # not the ends of its gears
+        ("ranges", {"C": [1, 16]}),
+        ("ranges", {"B": [1]}),
+        ("params", {"B": 3}),  # a dynamic parameter
+        ("params", {"D": "32"}),
+    ]:
+        with pytest.raises(StreamProgramError, match=key):
+            geared_from_dict({**data, key: bad})
+    old = {k: v for k, v in data.items() if k not in ("ranges", "params")}
+    assert geared_from_dict(old).ranges == {}  # a file from before ranges: gears only
+    # without its params the source binds at D = 64, not the D = 32 it was compiled at
+    unbound = geared_from_dict({k: v for k, v in data.items() if k != "params"})
+    with pytest.raises(InputError, match="does not match its source"):
+        api.choose_gear(unbound, {"B": 7})
+
+
+def test_the_plan_says_what_runs_where():
+    real = api.parse(MLP, "r.rtg", {"B": 3})
+    gear = api.parse(MLP, "r.rtg", {"B": 4})
+    plan = pad_plan(real, gear, {"B": 3}, {"B": 4})
+    x = np.ones((3, 64), np.float16)
+    padded = plan.pad({"x": x}, {"x": (4, 64)})
+    assert padded["x"].shape == (4, 64) and not padded["x"][3].any()
+    cut = plan.cut({"y": np.zeros((4, 64))})
+    assert cut["y"].shape == (3, 64)
+    assert (plan.flops, plan.padded_flops) == (program_flops(real), program_flops(gear))
+    assert 0 < plan.flops < plan.padded_flops
+
+
+def test_compile_and_run_a_range_from_the_cli(tmp_path: Path):
+    src = tmp_path / "r.rtg"
+    src.write_text(MLP)
+    out = tmp_path / "r.json"
+    rtgraph = [sys.executable, "-m", "rtgraph"]
+    subprocess.run([*rtgraph, "compile", str(src), "-o", str(out)], check=True)
+    run = subprocess.run(
+        [*rtgraph, "run", str(out), "-D", "B=5"], capture_output=True, text=True, check=True
+    )
+    assert "padded to the gear above: B 5 → 8" in run.stdout
+    assert "bit-equal" in run.stdout and "DIFFERS" not in run.stdout
+    data = json.loads(
+        subprocess.run(
+            [*rtgraph, "run", str(out), "-D", "B=6", "--json"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+    )
+    assert data["padding"]["gear"] == {"B": 8} and data["reference_equal"] == {"y": True}
+    assert data["padding"]["wasted"] == pytest.approx(0.25)
+    table = subprocess.run(
+        [*rtgraph, "run", str(out), "--shapes", "B=3,4"], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert "padded to" in table[0]
+    assert "4 (25%)" in table[1] and table[2].split()[4] == "—"
+    explained = subprocess.run(
+        [*rtgraph, "explain", str(src)], capture_output=True, text=True, check=True
+    ).stdout
+    headings = [line for line in explained.splitlines() if line.startswith("## gear")]
+    assert headings == [
+        "## gear B=1",
+        "## gear B=2",
+        "## gear B=4 (runs B = 3..4; 3 padded)",
+        "## gear B=8 (runs B = 5..8; 5..7 padded)",
+        "## gear B=16 (runs B = 9..16; 9..15 padded)",
+    ]
+    bad = subprocess.run([*rtgraph, "run", str(out), "-D", "B=40"], capture_output=True, text=True)
+    assert bad.returncode == 1 and "outside the range 1..16" in bad.stderr
+    assert "Traceback" not in bad.stderr
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    rows=st.integers(1, 300),
+    inner=st.integers(1, 40),
+    cols=st.integers(1, 40),
+    seed=st.integers(0, 2**16),
+)
+def test_a_matmul_row_does_not_depend_on_how_many_rows_share_the_call(rows, inner, cols, seed):
+    """Each row is computed in a call of row_block(rows) rows, so the rows of a product padded
+    to the gear above (range_gears) are bit for bit the rows of the unpadded product."""
+    rng = np.random.default_rng(seed)
+    a = rng.standard_normal((rows, inner)).astype(np.float32)
+    b = rng.standard_normal((inner, cols)).astype(np.float32)
+    gear = min(g for g in range_gears(1, 512) if g >= rows)
+    padded = np.zeros((gear, inner), np.float32)
+    padded[:rows] = a
+
+    def product(m: np.ndarray) -> np.ndarray:
+        if m.shape[0] <= ROW_BLOCK:
+            return matmul_block(m, b, None)
+        return np.concatenate(
+            [matmul_block(m, b, i) for i in range(0, m.shape[0], ROW_BLOCK)], axis=0
+        )
+
+    assert row_block(rows) == row_block(gear) or rows > ROW_BLOCK
+    np.testing.assert_array_equal(product(a), product(padded)[:rows])
+
+
+UNARY = ["relu", "gelu", "exp", "neg", "sigmoid"]
+
+
+@st.composite
+def _chains(draw):
+    """A random program over [B, D] rows: elementwise steps, matmuls with params, and
+    normalisations along the last axis — every one computing rows independently."""
+    d = draw(st.sampled_from([8, 16, 24]))
+    lines, params, value, width = [], [], "x", d
+    for i in range(draw(st.integers(1, 5))):
+        kind = draw(st.sampled_from(["unary", "matmul", "softmax", "layernorm", "bias", "self"]))
+        name = f"h{i}"
+        if kind == "unary":
+            lines.append(f"{name} = {draw(st.sampled_from(UNARY))}({value})")
+        elif kind == "matmul":
+            out = draw(st.sampled_from([8, 16, 32]))
+            params.append(f"param w{i} : f16[{width}, {out}]")
+            lines.append(f"{name} = {value} @ w{i}")
+            width = out
+        elif kind == "softmax":
+            lines.append(f"{name} = softmax({value}, axis = -1)")
+        elif kind == "layernorm":
+            params += [f"param g{i} : f16[{width}]", f"param c{i} : f16[{width}]"]
+            lines.append(f"{name} = layernorm({value}, g{i}, c{i}, axis = -1, eps = 1e-5)")
+        elif kind == "bias":
+            params.append(f"param c{i} : f16[{width}]")
+            lines.append(f"{name} = {value} + c{i}")
+        else:
+            lines.append(f"{name} = {value} * {value}")
+        value = name
+    body = "\n    ".join([f"input x : f16[B, {d}]", *params, *lines, f"output y = {value}"])
+    hi = draw(st.sampled_from([8, 70, 130]))
+    return f"program p(B: dyn 1..{hi} = 1) {{\n    {body}\n}}\n", hi
+
+
+@settings(max_examples=25, deadline=None)
+@given(case=_chains(), data=st.data())
+def test_random_row_programs_run_padded_bit_equal_to_the_reference(case, data):
+    text, hi = case
+    geared = api.compile_gears(api.parse(text, "p.rtg"))
+    b = data.draw(st.integers(1, hi))
+    result, expected, plan = _run_padded(geared, {"B": b}, seed=b)
+    assert (plan is None) == (b in geared.gears["B"])
+    assert set(result.outputs) == set(expected) and len(expected) == 1
+    for name, value in expected.items():
+        assert result.outputs[name].shape[0] == b
+        np.testing.assert_array_equal(result.outputs[name], value)
+    assert not result.races
