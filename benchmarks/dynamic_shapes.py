@@ -1,7 +1,7 @@
 """Compile once, run at several sizes, against a static compile per size (issue 18, item 1).
 
 Two workloads, each timed in turn in process CPU time (one process, each contender measured
-whole: its compiles and its runs):
+whole — its compiles and its runs — the best of two taken in turn):
 
 * **the naive attention at S = 128, 777, 2048, 4096** (models/attention_naive.rtg, the
   issue's case). Its sequence length cannot be padded (the scores' keys are summed by the
@@ -31,6 +31,8 @@ sys.path.insert(0, str(ROOT))
 from rtgraph import api  # noqa: E402
 
 ATTENTION_SIZES = (128, 777, 2048, 4096)
+#: Each contender's timing is the best of this many, taken in turn.
+REPEAT = 2
 BATCHES = (3, 5, 9, 16)
 
 
@@ -69,8 +71,12 @@ def attention(numerics: bool) -> None:
             spans.append(api.run(compiled, numerics=numerics).makespan_us)
         return spans
 
-    once_s, once_spans = cpu(once)
-    static_s, static_spans = cpu(static)
+    once_s, static_s = float("inf"), float("inf")
+    for _ in range(REPEAT):  # in turn, best of each: the first pays the imports and caches
+        took, once_spans = cpu(once)
+        once_s = min(once_s, took)
+        took, static_spans = cpu(static)
+        static_s = min(static_s, took)
     compile_s = cpu(lambda: api.compile_gears(api.parse(text, "attention_naive.rtg")))[0]
     runs = "with numerics" if numerics else "timing-only"
     print(f"#### attention_naive at S = {sizes}: one compile of the gears, runs {runs}\n")
@@ -107,8 +113,12 @@ def batch_range() -> None:
             out.append((program, api.run(api.compile(program), seed=b)))
         return out
 
-    once_s, _ = cpu(once)
-    static_s, statics = cpu(static)
+    once_s, static_s = float("inf"), float("inf")
+    for _ in range(REPEAT):
+        rows.clear()
+        once_s = min(once_s, cpu(once)[0])
+        took, statics = cpu(static)
+        static_s = min(static_s, took)
     print("#### transformer_stack with B: dyn 1..16 (gears 1, 2, 4, 8, 16), runs with numerics\n")
     print(
         "| B | gear run | padding's share of flops | makespan µs, once | makespan µs, static "

@@ -164,10 +164,10 @@ def compile_gears(
     spec = device_for(device, program.device)
     options = options or CompileOptions()
     fixed = {n: v for n, v in program.params.items() if n not in program.gears}
-    bound = {
-        tuple(values.items()): parse(
-            program.source.text, program.source.name, {**fixed, **values}, device=spec
-        )
+    bound = {  # the program as given is one gear's already, when bound at one
+        tuple(values.items()): program
+        if program.params == {**fixed, **values}
+        else parse(program.source.text, program.source.name, {**fixed, **values}, device=spec)
         for values in gear_combinations(program.gears)
     }
     if any(lo < hi for lo, hi in program.ranges.values()):
