@@ -25,7 +25,7 @@ from rtgraph.compiler.padding import PadPlan, pad_plan
 from rtgraph.compiler.scheduling.policies import StreamPolicy
 from rtgraph.device import check_compatibility, load_device, load_named_device
 from rtgraph.device.spec import DeviceSpec
-from rtgraph.errors import InputError, UsageError
+from rtgraph.errors import InputError, RtgError, RtgErrors, UsageError
 from rtgraph.frontend.gears import gear_combinations
 from rtgraph.frontend.onnx_import import load_onnx
 from rtgraph.ir.data import generate
@@ -167,7 +167,7 @@ def compile_gears(
     bound = {  # the program as given is one gear's already, when bound at one
         tuple(values.items()): program
         if program.params == {**fixed, **values}
-        else parse(program.source.text, program.source.name, {**fixed, **values}, device=spec)
+        else _bind_at_gear(program, {**fixed, **values}, values, spec)
         for values in gear_combinations(program.gears)
     }
     if any(lo < hi for lo, hi in program.ranges.values()):
@@ -178,6 +178,23 @@ def compile_gears(
         (dict(values), compile_program(checked, spec, options)) for values, checked in bound.items()
     )
     return GearedProgram(program.name, dict(program.gears), compiled, dict(program.ranges), fixed)
+
+
+def _bind_at_gear(
+    program: Program, params: dict[str, int], values: dict[str, int], spec: DeviceSpec
+) -> Program:
+    """``program``'s source checked at one gear; its errors say which gear (a value the
+    program's text may not show, as a range's powers of two)."""
+    assert program.source is not None
+    try:
+        return parse(program.source.text, program.source.name, params, device=spec)
+    except RtgError as e:
+        shown = ", ".join(f"{n}={v}" for n, v in values.items())
+        for error in e.errors if isinstance(e, RtgErrors) else [e]:
+            error.message = f"at the gear {shown}: {error.message}"
+        if isinstance(e, RtgErrors):
+            e.message = e.errors[0].message
+        raise
 
 
 def bind_gear(

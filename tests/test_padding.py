@@ -63,6 +63,14 @@ def test_a_range_is_compiled_at_its_ends_and_the_powers_of_two_between(lo, hi, l
         assert gear < 2 * v  # a run never pads to twice its size or more
 
 
+def test_a_gear_the_text_does_not_show_is_named_in_its_errors():
+    text = "program p(B: dyn 1..4611686018427387904) { input x: f32[B, 4]\n output y = relu(x) }"
+    with pytest.raises(CheckError) as info:
+        api.compile_gears(api.parse(text, "r.rtg"))
+    assert info.value.message.startswith("at the gear B=8589934592: tensor 'x'")
+    assert "larger than the device's memory" in info.value.message
+
+
 def test_a_range_is_bound_at_any_value_in_it_and_records_its_ladder():
     program = api.parse(MLP, "r.rtg")
     assert program.params["B"] == 3  # a value between gears: checking binds it as given
