@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from rtgraph import api
@@ -379,3 +379,60 @@ def test_random_row_programs_run_padded_bit_equal_to_the_reference(case, data):
         assert result.outputs[name].shape[0] == b
         np.testing.assert_array_equal(result.outputs[name], value)
     assert not result.races
+
+
+@st.composite
+def _mixed(draw):
+    """A random program over x[B, 8] whose ops may run along B or across it: transposes,
+    matmuls from either side, softmaxes, norms and reductions along either axis."""
+    lines, params, value, shape = [], [], "x", ["B", "8"]
+    for i in range(draw(st.integers(1, 5))):
+        kind = draw(
+            st.sampled_from(["unary", "right", "left", "softmax", "norm", "reduce", "transpose"])
+        )
+        axis = draw(st.sampled_from([0, 1]))
+        name = f"h{i}"
+        if kind == "unary":
+            lines.append(f"{name} = {draw(st.sampled_from(UNARY))}({value})")
+        elif kind == "right" and shape[1] == "8":  # [·, 8] @ [8, 8]
+            params.append(f"param w{i} : f16[8, 8]")
+            lines.append(f"{name} = {value} @ w{i}")
+        elif kind == "left" and shape[0] == "8":  # [8, 8] @ [8, ·]
+            params.append(f"param w{i} : f16[8, 8]")
+            lines.append(f"{name} = w{i} @ {value}")
+        elif kind == "softmax":
+            lines.append(f"{name} = softmax({value}, axis = {axis})")
+        elif kind == "norm":
+            params += [f"param g{i} : f16[{shape[1]}]", f"param c{i} : f16[{shape[1]}]"]
+            lines.append(f"{name} = layernorm({value}, g{i}, c{i}, axis = -1, eps = 1e-5)")
+        elif kind == "reduce":
+            op = draw(st.sampled_from(["reduce_sum", "reduce_max", "reduce_mean"]))
+            lines.append(f"{name} = {op}({value}, axis = {axis}, keepdims = true)")
+            shape[axis] = "1"
+        else:
+            lines.append(f"{name} = transpose({value}, [1, 0])")
+            shape.reverse()
+        if len(lines) == i:  # the op did not apply to this shape
+            lines.append(f"{name} = relu({value})")
+        value = name
+    body = "\n    ".join(["input x : f16[B, 8]", *params, *lines, f"output y = {value}"])
+    return f"program p(B: dyn 1..20 = 1) {{\n    {body}\n}}\n"
+
+
+@settings(max_examples=40, deadline=None)
+@given(text=_mixed(), data=st.data())
+def test_a_range_is_refused_or_every_padded_run_is_bit_equal(text, data):
+    """Never wrong: a program the padding analysis accepts runs padded to the reference's
+    bits at its own size; one it refuses is refused before any gear is compiled."""
+    program = api.parse(text, "p.rtg")
+    try:
+        geared = api.compile_gears(program)
+    except CheckError as e:
+        assert e.span is not None and "as gears instead" in e.hint
+        event("refused")
+        return
+    event("accepted")
+    for b in data.draw(st.lists(st.integers(1, 20), min_size=1, max_size=3, unique=True)):
+        result, expected, _ = _run_padded(geared, {"B": b}, seed=b)
+        for name, value in expected.items():
+            np.testing.assert_array_equal(result.outputs[name], value)
