@@ -5,6 +5,7 @@ real elements alone — with the padding's share of the work in the report."""
 
 from __future__ import annotations
 
+import functools
 import json
 import subprocess
 import sys
@@ -436,3 +437,31 @@ def test_a_range_is_refused_or_every_padded_run_is_bit_equal(text, data):
         result, expected, _ = _run_padded(geared, {"B": b}, seed=b)
         for name, value in expected.items():
             np.testing.assert_array_equal(result.outputs[name], value)
+
+
+_JUNK = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text(max_size=4),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=3), inner, max_size=3)
+    ),
+    max_leaves=6,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(key=st.sampled_from(["ranges", "params", "gears"]), junk=_JUNK, b=st.integers(-5, 40))
+def test_a_tampered_geared_file_is_refused_or_runs_never_a_traceback(key, junk, b):
+    data = json.loads(json.dumps(_geared_mlp().to_dict()))
+    data[key] = junk if not isinstance(junk, dict) else {**data[key], **junk}
+    try:
+        geared = geared_from_dict(data)
+        compiled, plan = api.choose_gear(geared, {"B": b})
+    except (StreamProgramError, InputError, CheckError):
+        return
+    result = api.run(compiled, numerics=False, padding=plan)
+    assert result.makespan_us > 0
+
+
+@functools.cache
+def _geared_mlp():
+    return _geared()
