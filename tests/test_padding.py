@@ -382,6 +382,20 @@ def test_random_row_programs_run_padded_bit_equal_to_the_reference(case, data):
     assert not result.races
 
 
+def test_shapes_takes_a_range_of_values_and_counts_the_runs_before_listing_them():
+    from rtgraph.cli.gears import MAX_SHAPE_RUNS, parse_shapes
+    from rtgraph.errors import UsageError
+
+    assert parse_shapes(["B=3..6", "D=1,2"]) == {"B": [3, 4, 5, 6], "D": [1, 2]}
+    with pytest.raises(UsageError, match="1,000,000,000,000 runs"):
+        parse_shapes(["B=1..1_000_000_000_000"])
+    with pytest.raises(UsageError, match=f"at most {MAX_SHAPE_RUNS}"):
+        parse_shapes(["B=1..20", "D=1..20"])
+    for bad in ("B=6..3", "B=1..2..3", "B=x", "B=", "=1,2"):
+        with pytest.raises(UsageError, match="expected NAME=V1"):
+            parse_shapes([bad])
+
+
 @st.composite
 def _mixed(draw):
     """A random program over x[B, 8] whose ops may run along B or across it: transposes,

@@ -89,22 +89,43 @@ def geared_text(
     return "\n".join(parts)
 
 
+#: The most runs one ``--shapes`` may ask for (every combination of the values given).
+MAX_SHAPE_RUNS = 256
+
+
 def parse_shapes(given: list[str]) -> dict[str, list[int]]:
-    """``--shapes B=1,4,16`` (repeatable): each parameter's values, in order."""
+    """``--shapes B=1,4,16`` or ``--shapes B=1..16`` (every value between; repeatable): each
+    parameter's values, in order — at most :data:`MAX_SHAPE_RUNS` runs in all, counted before
+    any value is listed."""
     shapes: dict[str, list[int]] = {}
+    runs = 1
     for item in given:
         name, _, values = item.partition("=")
-        try:
-            numbers = [int(v.replace("_", "")) for v in values.split(",")]
-        except ValueError:
-            numbers = []
-        if not name.isidentifier() or not numbers or name in shapes:
+        ends = _integers(values.split("..")) if ".." in values else None
+        numbers = _integers(values.split(",")) if ends is None else []
+        count = ends[1] - ends[0] + 1 if ends is not None and len(ends) == 2 else len(numbers)
+        if not name.isidentifier() or count < 1 or name in shapes:
             raise UsageError(
-                f"--shapes {item}: expected NAME=V1,V2,… (integers), each name once",
-                hint="e.g. --shapes B=1,4,16 (repeat the flag for another parameter)",
+                f"--shapes {item}: expected NAME=V1,V2,… or NAME=LO..HI (integers, LO ≤ HI), "
+                "each name once",
+                hint="e.g. --shapes B=1,4,16 or B=1..16 (repeat the flag for another parameter)",
             )
-        shapes[name] = numbers
+        runs *= count
+        if runs > MAX_SHAPE_RUNS:
+            raise UsageError(
+                f"--shapes {item}: {runs:,} runs; at most {MAX_SHAPE_RUNS}",
+                hint="give fewer values",
+            )
+        shapes[name] = numbers if ends is None else list(range(ends[0], ends[1] + 1))
     return shapes
+
+
+def _integers(parts: list[str]) -> list[int]:
+    """``parts`` as integers (``_`` allowed between digits), or [] if any is not one."""
+    try:
+        return [int(v.replace("_", "")) for v in parts]
+    except ValueError:
+        return []
 
 
 def run_shapes(args: argparse.Namespace) -> int:

@@ -138,9 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--shapes",
         action="append",
-        metavar="NAME=V1,V2,…",
+        metavar="NAME=V1,V2,…|LO..HI",
         help="one run per value of a parameter (a geared program's gears, chosen without "
-        "compiling), a table row each; repeat for another parameter (every combination)",
+        "compiling; a range's values padded to the gear above), a table row each; LO..HI runs "
+        "every value between; repeat for another parameter (every combination)",
     )
     p.add_argument(
         "--cluster",
