@@ -320,7 +320,7 @@ def compare(
             diff = np.where(same, 0.0, np.abs(a - b))
         finite = np.isfinite(diff)
         max_abs = float(diff[finite].max()) if finite.any() else 0.0
-        scale = np.maximum(np.abs(b), 1e-30)
+        scale = np.fmax(np.abs(b), 1e-30)  # NaN on both sides: equal, not a NaN error
         max_rel = float((diff[finite] / scale[finite]).max()) if finite.any() else 0.0
         if not finite.all():  # one side inf or NaN where the other is not
             max_abs = max_rel = float("inf")

@@ -212,3 +212,16 @@ def test_a_kernel_writes_into_memory_exactly_what_it_returns(op, shapes, dtype, 
     into = np.full(out_type.shape, 7, DTYPES[out_type.dtype].storage)
     assert run_kernel(found, arrays, attrs, out_type, into=into) is into
     assert into.tobytes() == np.ascontiguousarray(expected).tobytes()
+
+
+def test_nan_on_both_sides_is_equal_with_no_error_a_nan_on_one_is_an_infinite_one():
+    both = np.array([np.nan, 1.0, np.inf], np.float32)
+    assert rtgraph.compare({"y": both}, {"y": both.copy()})["y"] == {
+        "max_abs": 0.0,
+        "max_rel": 0.0,
+        "equal": True,
+        "nonfinite": 2,
+        "checked": 3,
+    }
+    one = rtgraph.compare({"y": np.array([np.nan, 1.0])}, {"y": np.array([0.0, 1.0])})["y"]
+    assert one["max_rel"] == one["max_abs"] == float("inf") and not one["equal"]
