@@ -13,7 +13,7 @@ start) and raises :class:`rtgraph.RtgError` subclasses for bad input.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -170,14 +170,39 @@ def compile_gears(
         else _bind_at_gear(program, {**fixed, **values}, values, spec)
         for values in gear_combinations(program.gears)
     }
-    if any(lo < hi for lo, hi in program.ranges.values()):
-        first = {n: g[0] for n, g in program.gears.items()}
-        ends = {n: program.ranges[n][1] for n in program.ranges}
-        pad_plan(bound[tuple(first.items())], bound[tuple({**first, **ends}.items())], first, ends)
+    _check_ranges(program, lambda values: bound[tuple(values.items())])
     compiled = tuple(
         (dict(values), compile_program(checked, spec, options)) for values, checked in bound.items()
     )
     return GearedProgram(program.name, dict(program.gears), compiled, dict(program.ranges), fixed)
+
+
+def check_ranges(program: Program, *, device: str | DeviceSpec | None = None) -> None:
+    """Whether every ranged parameter of ``program`` may be padded (``rtgraph check`` asks
+    what :func:`compile_gears` checks first): the program bound at the ranges' two ends
+    (the other dynamic parameters at their first gear) must compute the lower end's elements
+    as the upper end's would (:func:`rtgraph.compiler.padding.pad_plan`), else a
+    :class:`~rtgraph.errors.CheckError` located at the op that forbids it."""
+    if not program.ranges:
+        return
+    assert program.source is not None
+    spec = device_for(device, program.device)
+    fixed = {n: v for n, v in program.params.items() if n not in program.gears}
+
+    def bind(values: dict[str, int]) -> Program:
+        if program.params == {**fixed, **values}:
+            return program
+        return _bind_at_gear(program, {**fixed, **values}, values, spec)
+
+    _check_ranges(program, bind)
+
+
+def _check_ranges(program: Program, bind: Callable[[dict[str, int]], Program]) -> None:
+    """:func:`check_ranges` with ``bind`` giving the program bound at a gear combination."""
+    if any(lo < hi for lo, hi in program.ranges.values()):
+        first = {n: g[0] for n, g in program.gears.items()}
+        ends = {**first, **{n: program.ranges[n][1] for n in program.ranges}}
+        pad_plan(bind(first), bind(ends), first, ends)
 
 
 def _bind_at_gear(

@@ -202,7 +202,7 @@ def test_a_range_padding_would_corrupt_is_refused_at_the_op_that_forbids_it(text
     assert info.value.span is not None and "as gears instead" in info.value.hint
 
 
-def test_the_naive_attentions_sequence_length_cannot_be_padded():
+def test_the_naive_attentions_sequence_length_cannot_be_padded(tmp_path: Path):
     text = Path("models/attention_naive.rtg").read_text()
     text = text.replace(
         "program attention_naive(S = 1024", "program attention_naive(S: dyn 128..4096 = 1024"
@@ -210,6 +210,16 @@ def test_the_naive_attentions_sequence_length_cannot_be_padded():
     with pytest.raises(CheckError) as info:
         api.compile_gears(api.parse(text, "attention_naive.rtg"))
     assert info.value.span.line == 30  # the scores: q @ kᵀ, then softmax over the keys
+    with pytest.raises(CheckError) as checked:  # what `rtgraph check` asks, without compiling
+        api.check_ranges(api.parse(text, "attention_naive.rtg"))
+    assert checked.value.message == info.value.message
+    src = tmp_path / "a.rtg"
+    src.write_text(text)
+    cli = subprocess.run(
+        [sys.executable, "-m", "rtgraph", "check", str(src)], capture_output=True, text=True
+    )
+    assert cli.returncode == 1 and f"{src}:30:17: error: matmul (line 30)" in cli.stderr
+    api.check_ranges(api.parse(MLP, "r.rtg"))  # a sound range: nothing to say
 
 
 def test_a_gear_set_is_not_padded_and_select_names_the_padding_choose_does():

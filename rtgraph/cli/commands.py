@@ -51,6 +51,7 @@ def cmd_check(args: argparse.Namespace) -> int:
     if is_compiled(args):
         return _report_races(args, *read_compiled(args))
     program = load_program(args)
+    api.check_ranges(program, device=args.device)  # a range padding would corrupt
     if args.races or program.streams:
         spec = api.device_for(args.device, program.device)
         # No memory reuse here: reuse adds compiler-ordered false dependencies that would
