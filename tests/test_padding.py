@@ -147,6 +147,24 @@ def test_padded_runs_are_bit_equal_and_race_free_under_every_stream_policy(strea
         np.testing.assert_array_equal(result.outputs[name], value)
 
 
+def test_a_reshape_that_keeps_the_batch_outermost_pads_and_one_that_moves_it_is_refused():
+    text = """\
+program flat(B: dyn 1..8 = 3) {
+    input  x : f16[B, 4, 8]
+    param  w : f16[8, 16]
+    h = reshape(x, [B * 4, 8]) @ w
+    output y = softmax(reshape(h, [B, 4, 16]), axis = -1)
+}
+"""
+    geared = _geared(text)
+    for b in range(1, 9):
+        result, expected, _ = _run_padded(geared, {"B": b})
+        np.testing.assert_array_equal(result.outputs["y"], expected["y"])
+    moved = text.replace("reshape(x, [B * 4, 8])", "reshape(transpose(x, [1, 0, 2]), [4 * B, 8])")
+    with pytest.raises(CheckError, match="reshape"):
+        api.compile_gears(api.parse(moved, "r.rtg"))
+
+
 def test_a_padded_run_takes_supplied_inputs_at_their_real_shape():
     geared = _geared()
     x = np.random.default_rng(5).standard_normal((5, 64)).astype(np.float16)
@@ -413,7 +431,9 @@ def _mixed(draw):
     lines, params, value, shape = [], [], "x", ["B", "8"]
     for i in range(draw(st.integers(1, 5))):
         kind = draw(
-            st.sampled_from(["unary", "right", "left", "softmax", "norm", "reduce", "transpose"])
+            st.sampled_from(
+                ["unary", "right", "left", "softmax", "norm", "reduce", "transpose", "reshape"]
+            )
         )
         axis = draw(st.sampled_from([0, 1]))
         name = f"h{i}"
@@ -434,7 +454,12 @@ def _mixed(draw):
             op = draw(st.sampled_from(["reduce_sum", "reduce_max", "reduce_mean"]))
             lines.append(f"{name} = {op}({value}, axis = {axis}, keepdims = true)")
             shape[axis] = "1"
-        else:
+        elif kind == "reshape" and shape == ["B", "8"]:  # the batch stays outermost
+            lines.append(f"{name} = reshape(relu(reshape({value}, [B * 2, 4])), [B, 8])")
+        elif kind == "reshape" and shape == ["8", "B"]:  # reinterprets: the batch moves in
+            lines.append(f"{name} = reshape({value}, [B, 8])")
+            shape = ["B", "8"]
+        elif kind == "transpose":
             lines.append(f"{name} = transpose({value}, [1, 0])")
             shape.reverse()
         if len(lines) == i:  # the op did not apply to this shape
