@@ -5,7 +5,19 @@ Source → AST → IR (:mod:`rtgraph.ir`) → task DAG (:mod:`rtgraph.compiler.t
 results → reports. The functions below run one stage each; see :mod:`rtgraph.api`.
 """
 
-from rtgraph.api import compare, compile, compile_gears, device, load, parse, reference, run
+from rtgraph.api import (
+    bind_gear,
+    check_ranges,
+    choose_gear,
+    compare,
+    compile,
+    compile_gears,
+    device,
+    load,
+    parse,
+    reference,
+    run,
+)
 from rtgraph.errors import RtgError, RtgErrors
 from rtgraph.ir import Program, evaluate, format_program
 from rtgraph.stream_program import StreamProgram
@@ -18,6 +30,9 @@ __all__ = [
     "RtgErrors",
     "StreamProgram",
     "__version__",
+    "bind_gear",
+    "check_ranges",
+    "choose_gear",
     "compare",
     "compile",
     "compile_gears",

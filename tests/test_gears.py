@@ -171,8 +171,10 @@ def test_compile_once_then_run_each_gear_from_the_cli(tmp_path: Path):
     assert fixed.returncode == 0 and '"schema": "rtgraph.stream-program"' in fixed.stdout
 
 
-def test_the_package_exports_compile_gears():
+def test_the_package_exports_the_gear_calls():
     assert rtgraph.compile_gears is api.compile_gears
+    assert rtgraph.choose_gear is api.choose_gear and rtgraph.bind_gear is api.bind_gear
+    assert rtgraph.check_ranges is api.check_ranges
 
 
 def test_shapes_runs_each_gear_of_a_geared_program_and_checks_a_source(tmp_path: Path):
