@@ -316,6 +316,9 @@ def test_compile_and_run_a_range_from_the_cli(tmp_path: Path):
     ).stdout.splitlines()
     assert "padded to" in table[0]
     assert "4 (25%)" in table[1] and table[2].split()[4] == "—"
+    page = tmp_path / "page.html"
+    subprocess.run([*rtgraph, "report", str(out), "-D", "B=5", "-o", str(page)], check=True)
+    assert "padded to the gear above: B 5 → 8" in page.read_text()
     explained = subprocess.run(
         [*rtgraph, "explain", str(src)], capture_output=True, text=True, check=True
     ).stdout

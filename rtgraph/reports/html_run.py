@@ -90,6 +90,7 @@ def _summary(result: RunResult, program: StreamProgram) -> str:
             ],
             ["host: ioctls, callbacks", f"{host.ioctls:,}, {host.callbacks:,}"],
             ["policy", str(program.meta.get("policy", "—"))],
+            *([["padding", result.padding.describe()]] if result.padding is not None else []),
         ],
         numeric=[False, True],
     )
