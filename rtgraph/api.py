@@ -227,17 +227,28 @@ def bind_gear(
 ) -> Program:
     """The program ``geared`` was compiled from, checked again at ``values`` (its dynamic
     parameters'; a ranged one's may lie between gears) — what a run of it is checked against.
-    Raises :class:`~rtgraph.errors.InputError` when ``geared`` holds no source."""
-    compiled = geared.programs[0][1]
-    if compiled.source is None:
+    At a gear, its inputs and outputs must have the shapes of that gear's program. Raises
+    :class:`~rtgraph.errors.InputError` when ``geared`` holds no source, or one that does not
+    match it."""
+    first = geared.programs[0][1]
+    if first.source is None:
         raise InputError(
             f"'{geared.name}' holds no source to check a run at {dict(values)} against",
             hint="recompile it from its .rtg file",
         )
-    spec = device_for(device, compiled.device)
-    return parse(
-        compiled.source.text, compiled.source.name, {**geared.params, **values}, device=spec
-    )
+    spec = device_for(device, first.device)
+    bound = parse(first.source.text, first.source.name, {**geared.params, **values}, device=spec)
+    compiled = next((p for v, p in geared.programs if v == dict(values)), None)
+    if compiled is not None:
+        roles = ("input", "output")
+        shapes = {t.name: t.shape for t in compiled.host_tensors if t.role in roles}
+        if shapes != {n: t.type.shape for n, t in bound.tensors.items() if n in shapes}:
+            raise InputError(
+                f"'{geared.name}' at {dict(values)} does not match its source bound at those "
+                "values",
+                hint="recompile it from its .rtg file",
+            )
+    return bound
 
 
 def choose_gear(
@@ -245,24 +256,17 @@ def choose_gear(
 ) -> tuple[StreamProgram, PadPlan | None]:
     """The program a run of ``geared`` at ``values`` runs, and — when a ranged parameter's
     value lies between gears — the plan that pads it to the gear above
-    (:mod:`rtgraph.compiler.padding`; pass it to :func:`run` as ``padding``)."""
+    (:mod:`rtgraph.compiler.padding`; pass it to :func:`run` as ``padding``). Only a padded
+    run reads the source (bound at the run's values and the gear's)."""
     gear, compiled = geared.choose(values)
-    if compiled.source is None:
-        if gear != dict(values):
-            raise InputError(
-                f"'{geared.name}' holds no source to pad a run at {dict(values)} by",
-                hint=f"recompile it from its .rtg file, or run the gear {gear}",
-            )
-        return compiled, None
-    bound = bind_gear(geared, gear, device=device)
-    shapes = {t.name: t.shape for t in compiled.host_tensors if t.role in ("input", "output")}
-    if shapes != {n: t.type.shape for n, t in bound.tensors.items() if n in shapes}:
-        raise InputError(
-            f"'{geared.name}' at {gear} does not match its source bound at those values",
-            hint="recompile it from its .rtg file",
-        )
     if gear == dict(values):
         return compiled, None
+    if compiled.source is None:
+        raise InputError(
+            f"'{geared.name}' holds no source to pad a run at {dict(values)} by",
+            hint=f"recompile it from its .rtg file, or run the gear {gear}",
+        )
+    bound = bind_gear(geared, gear, device=device)
     return compiled, pad_plan(bind_gear(geared, values, device=device), bound, values, gear)
 
 

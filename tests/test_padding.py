@@ -275,6 +275,9 @@ def test_the_json_form_keeps_the_ranges_and_params_and_is_checked():
     unbound = geared_from_dict({k: v for k, v in data.items() if k != "params"})
     with pytest.raises(InputError, match="does not match its source"):
         api.choose_gear(unbound, {"B": 7})
+    assert api.choose_gear(unbound, {"B": 8})[1] is None  # a gear runs without its source
+    with pytest.raises(InputError, match="does not match its source"):  # what checks it
+        api.bind_gear(unbound, {"B": 8})
 
 
 def test_the_plan_says_what_runs_where():

@@ -106,7 +106,11 @@ def read_run(
             if pad:
                 geared = found
                 found, plan = api.choose_gear(geared, values, device=args.device)
-                if geared.programs[0][1].source is not None:
+                checking = (
+                    not getattr(args, "timing_only", False)
+                    and getattr(args, "check", None) != "none"
+                )
+                if checking and found.source is not None:
                     checked = api.bind_gear(geared, values, device=args.device)
             else:
                 found = found.select(values)
