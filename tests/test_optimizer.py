@@ -352,3 +352,23 @@ def test_a_chain_takes_in_the_layernorm_its_first_matmul_waits_for():
     records = {r.id: r for r in result.tasks}
     assert records[first_matmul].start < records[norms[-1]].end  # not after the whole norm
     _equal(result, rtgraph.evaluate(program))
+
+
+@pytest.mark.parametrize("bounds", ["start = 1", "start = -3", "start = 1, stop = -1", "stop = 2"])
+@pytest.mark.parametrize("streams", ["single", "by-unit", "list"])
+def test_a_slice_with_python_style_bounds_compiles_and_runs_bit_equal(bounds, streams):
+    """A slice's bounds as written (a missing stop, negative from the end) are resolved as
+    Python's are where the optimizer reads the rows it keeps (the host copies' windows): a
+    missing stop once crashed the compile."""
+    text = f"""\
+program p() {{
+    input x : f16[64, 32]
+    param w : f16[32, 32]
+    h = slice(x, {bounds})
+    output y = relu(h @ w)
+}}
+"""
+    program = rtgraph.parse(text, "s.rtg")
+    compiled = rtgraph.compile(program, streams=streams)
+    result = rtgraph.run(compiled, seed=2)
+    np.testing.assert_array_equal(result.outputs["y"], rtgraph.reference(program, seed=2)["y"])

@@ -266,9 +266,13 @@ def output_parts(program: Program) -> dict[str, tuple[str, int, int]]:
 
 
 def slice_rows(node: OpNode, program: Program) -> tuple[int, int] | None:
-    """The rows ``[start, stop)`` a ``slice`` along axis 0 keeps, or None for any other op."""
+    """The rows ``[start, stop)`` a ``slice`` along axis 0 keeps, or None for any other op —
+    its bounds as written resolved as Python's are (negative from the end, clamped, a missing
+    stop the end)."""
     if node.op != "slice":
         return None
-    if node.attrs.get("axis", 0) % program.tensors[node.inputs[0]].type.rank != 0:
+    shape = program.tensors[node.inputs[0]].type.shape
+    if node.attrs.get("axis", 0) % len(shape) != 0:
         return None
-    return int(node.attrs["start"]), int(node.attrs["stop"])
+    start, stop, _ = slice(node.attrs.get("start"), node.attrs.get("stop")).indices(shape[0])
+    return start, stop
