@@ -28,7 +28,7 @@ from rtgraph.device.spec import DeviceSpec
 from rtgraph.errors import InputError, RtgError, RtgErrors, UsageError
 from rtgraph.frontend.gears import gear_combinations
 from rtgraph.frontend.onnx_import import load_onnx
-from rtgraph.ir.data import generate
+from rtgraph.ir.data import FILL_MISSING_HINT, generate
 from rtgraph.ir.graph import Program
 from rtgraph.ir.reference import Reference
 from rtgraph.ir.reference import reference as _reference
@@ -292,14 +292,21 @@ def run(
     result's ``padding`` is the plan.
     """
     spec = device_for(device, program.device)
-    if padding is not None:
-        real = dict(inputs or {})
-        for t in program.host_tensors:
-            if t.role == "input" and t.name not in real and (inputs is None or fill_missing):
-                real[t.name] = generate(t.name, padding.inputs[t.name], t.dtype, seed, param=False)
-        shapes = {t.name: t.shape for t in program.host_tensors if t.role == "input"}
-        inputs = padding.pad(real, shapes) if numerics else None
-        fill_missing = fill_missing or params is None
+    if padding is not None and numerics:
+        missing = [n for n in padding.inputs if inputs is not None and n not in inputs]
+        if missing and not fill_missing:
+            raise InputError(
+                f"input '{missing[0]}' is missing: the supplied inputs must hold every input "
+                f"of program '{program.name}'",
+                hint=FILL_MISSING_HINT,
+            )
+        inputs = _padded(program, padding, "input", inputs, padding.inputs, seed)
+        if padding.params:  # the others are the gear's own: generated there, or given whole
+            made = _padded(program, padding, "param", params, padding.params, seed)
+            fill_missing = fill_missing or params is None  # the gear's own params, from the seed
+            params = {**(params or {}), **made}
+    elif padding is not None:
+        inputs = None
     result = emulator.run(
         program,
         spec,
@@ -314,6 +321,25 @@ def run(
         result.outputs = padding.cut(result.outputs)
         result.padding = padding
     return result
+
+
+def _padded(
+    program: StreamProgram,
+    padding: PadPlan,
+    role: str,
+    given: Mapping[str, np.ndarray] | None,
+    real: Mapping[str, tuple[int, ...]],
+    seed: int,
+) -> dict[str, np.ndarray]:
+    """The ``role`` tensors of ``real`` shapes — given, or generated from the seed as a
+    program bound at the real values would generate them — zero-padded to ``program``'s;
+    given names the program lacks pass through, for the emulator to refuse."""
+    hosts = {t.name: t for t in program.host_tensors if t.role == role}
+    values = {n: v for n, v in (given or {}).items() if n in real or n not in hosts}
+    for name, shape in real.items():
+        if name not in values:
+            values[name] = generate(name, shape, hosts[name].dtype, seed, param=role == "param")
+    return padding.pad(values, {n: t.shape for n, t in hosts.items()})
 
 
 #: The reference to check a run against (:func:`rtgraph.ir.reference.reference`).

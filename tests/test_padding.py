@@ -165,6 +165,31 @@ program flat(B: dyn 1..8 = 3) {
         api.compile_gears(api.parse(moved, "r.rtg"))
 
 
+def test_a_param_sized_by_the_range_is_padded_as_the_inputs_are():
+    text = """\
+program cache(B: dyn 1..8 = 3) {
+    input  q : f16[B, 4, 16]
+    param  k : f16[B, 32, 16]
+    param  v : f16[B, 32, 16]
+    param  w : f16[16, 16]
+    output y = softmax(q @ transpose(k, [0, 2, 1]), axis = -1) @ v @ w
+}
+"""
+    geared = _geared(text)
+    for b in range(1, 9):
+        result, expected, plan = _run_padded(geared, {"B": b})
+        np.testing.assert_array_equal(result.outputs["y"], expected["y"])
+        if plan is not None:
+            assert plan.params == {"k": (b, 32, 16), "v": (b, 32, 16)}
+    compiled, plan = api.choose_gear(geared, {"B": 5})
+    rng = np.random.default_rng(4)
+    given = {n: rng.standard_normal(s).astype(np.float16) for n, s in plan.params.items()}
+    given["w"] = rng.standard_normal((16, 16)).astype(np.float16)
+    result = api.run(compiled, params=given, seed=9, padding=plan)
+    expected = api.reference(api.bind_gear(geared, {"B": 5}), params=given, seed=9)
+    np.testing.assert_array_equal(result.outputs["y"], expected["y"])
+
+
 def test_a_padded_run_takes_supplied_inputs_at_their_real_shape():
     geared = _geared()
     x = np.random.default_rng(5).standard_normal((5, 64)).astype(np.float16)
@@ -198,10 +223,10 @@ REFUSED = [
         "program p(S: dyn 2..8 = 4) { input a: f32[4, 4]\n input b: f32[4, S]\n output y = a @ b }",
         "matmul (line 3) does not compute its result's elements along axis 1 independently",
     ),
-    # a param whose shape the parameter sets
+    # a concatenation along the padded axis: the second part starts after the padding
     (
-        "program p(B: dyn 2..8 = 4) { input x: f32[B, 4]\n param w: f32[B, 4]\n output y = x + w }",
-        "param 'w' has a shape B sets",
+        "program p(B: dyn 2..8 = 4) { input x: f32[B, 4]\n output y = concat(x, x, axis = 0) }",
+        "concat (line 2) does not compute its result's elements along axis 0",
     ),
     # a reduction along the padded axis
     (
@@ -438,7 +463,17 @@ def _mixed(draw):
     for i in range(draw(st.integers(1, 5))):
         kind = draw(
             st.sampled_from(
-                ["unary", "right", "left", "softmax", "norm", "reduce", "transpose", "reshape"]
+                [
+                    "unary",
+                    "right",
+                    "left",
+                    "softmax",
+                    "norm",
+                    "reduce",
+                    "transpose",
+                    "reshape",
+                    "slice",
+                ]
             )
         )
         axis = draw(st.sampled_from([0, 1]))
@@ -465,6 +500,12 @@ def _mixed(draw):
         elif kind == "reshape" and shape == ["8", "B"]:  # reinterprets: the batch moves in
             lines.append(f"{name} = reshape({value}, [B, 8])")
             shape = ["B", "8"]
+        elif kind == "slice" and shape[axis] not in ("1", "B"):  # a static axis: 8 → 7
+            lines.append(f"{name} = slice({value}, start = 1, axis = {axis})")
+            shape[axis] = "7"
+        elif kind == "slice" and shape[axis] == "B":  # the padded axis itself: refused
+            lines.append(f"{name} = slice({value}, start = 0, stop = 1, axis = {axis})")
+            shape[axis] = "1"
         elif kind == "transpose":
             lines.append(f"{name} = transpose({value}, [1, 0])")
             shape.reverse()

@@ -13,8 +13,10 @@ and at the gear's: the two must have the same ops; an axis is *padded* where the
 differ; each op's padded axes must be exactly the ones
 :func:`~rtgraph.compiler.optimizer.split_axes.operand_axes` can compute in independent parts,
 carried to the same padded axes of its operands — the rule the tiling pass splits by, so a
-padded run computes its real elements as a tile of the gear's would. Params and consts may not
-depend on the parameter (their values would need padding too).
+padded run computes its real elements as a tile of the gear's would. What the padding holds
+never reaches a real element, so it may be anything: inputs — and params whose shape the
+parameter sets (a KV cache per sequence) — are zero-padded, a const fills the gear's shape;
+only a placed buffer and a derived param may not depend on the parameter.
 
 The cost is shown, not hidden: the plan holds the flops of the program at the real values and
 at the gear's, so a run reports the share of its work that was padding.
@@ -42,6 +44,8 @@ class PadPlan:
     gear: dict[str, int]
     #: each host input's real shape (the gear's program takes it zero-padded to its own)
     inputs: dict[str, tuple[int, ...]]
+    #: the real shape of each param whose shape the parameters set (padded as the inputs are)
+    params: dict[str, tuple[int, ...]]
     #: each output's real shape (the leading part of the gear's output that is kept)
     outputs: dict[str, tuple[int, ...]]
     #: the program's flops at the real values and at the gear's
@@ -57,7 +61,7 @@ class PadPlan:
         """``inputs`` (real shapes) zero-padded to ``shapes`` (the gear's)."""
         out = {}
         for name, value in inputs.items():
-            if value.shape == tuple(shapes[name]):
+            if name not in shapes or value.shape == tuple(shapes[name]):
                 out[name] = value
                 continue
             widths = [(0, g - r) for r, g in zip(value.shape, shapes[name], strict=True)]
@@ -91,9 +95,12 @@ PER_SAMPLE = frozenset({"conv2d", "pool2d", "groupnorm", "batchnorm", "lrn"})
 
 
 def _split(node: OpNode, axis: int, types: Sequence[TensorType], out: TensorType) -> Split | None:
-    """:func:`operand_axes`, and axis 0 of a :data:`PER_SAMPLE` op."""
+    """:func:`operand_axes`, axis 0 of a :data:`PER_SAMPLE` op, and any axis of a slice but
+    the one it cuts (the tiling pass does not cut slices)."""
     if node.op in PER_SAMPLE and axis == 0:
         return (0, *(None for _ in types[1:]))
+    if node.op == "slice" and node.attrs.get("axis", 0) % out.rank != axis:
+        return (axis,)
     return operand_axes(node, axis, types, out)
 
 
@@ -139,10 +146,10 @@ def pad_plan(
                 t.span,
                 names,
             )
-        if axes and t.kind in ("param", "const", "buffer"):
+        if axes and (t.kind == "buffer" or t.derive is not None):
             raise _refuse(
-                f"{t.kind} '{t.display or name}' has a shape {names} sets: its values would "
-                "need padding too",
+                f"{t.kind} '{t.display or name}' has a shape {names} sets, and its bytes are "
+                "placed (a buffer) or made from another param's (a derived param)",
                 t.span,
                 names,
             )
@@ -160,6 +167,7 @@ def pad_plan(
         values=dict(values),
         gear=dict(gear),
         inputs={t.name: real.tensors[t.name].type.shape for t in padded.inputs()},
+        params={t.name: real.tensors[t.name].type.shape for t in padded.params_() if t.name in dyn},
         outputs={name: real.tensors[name].type.shape for name in padded.outputs},
         flops=program_flops(real),
         padded_flops=program_flops(padded),
