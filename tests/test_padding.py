@@ -275,6 +275,9 @@ def test_a_gear_set_is_not_padded_and_select_names_the_padding_choose_does():
         ranged.select({"B": 5})
     with pytest.raises(InputError, match=r"outside the range 1\.\.16"):
         ranged.choose({"B": 17})
+    with pytest.raises(InputError, match="several values of B") as info:
+        ranged.choose({})
+    assert info.value.hint == "-D B=… with a value from 1 to 16 (its range)"
 
 
 def test_the_json_form_keeps_the_ranges_and_params_and_is_checked():

@@ -75,10 +75,14 @@ class GearedProgram:
             )
         missing = [n for n in self.gears if n not in values]
         if missing:
-            choices = ", ".join(str(g) for g in self.gears[missing[0]])
+            name = missing[0]
+            choices = ", ".join(str(g) for g in self.gears[name])
+            hint = f"-D {name}=… with one of its gears: {choices}"
+            if name in self.ranges:
+                lo, hi = self.ranges[name]
+                hint = f"-D {name}=… with a value from {lo} to {hi} (its range)"
             raise InputError(
-                f"'{self.name}' was compiled for several values of {missing[0]}: choose one",
-                hint=f"-D {missing[0]}=… with one of its gears: {choices}",
+                f"'{self.name}' was compiled for several values of {name}: choose one", hint=hint
             )
         gear = {}
         for name, value in values.items():
