@@ -13,7 +13,7 @@ from typing import Protocol
 
 from rtgraph.errors import Span, did_you_mean
 from rtgraph.frontend import ast, consteval
-from rtgraph.frontend.gears import MAX_GEARS, check_gears, check_range, range_gears
+from rtgraph.frontend.gears import check_gears, check_range, range_gears
 from rtgraph.frontend.parser import INT_LIMIT
 from rtgraph.frontend.values import POISON, Bound, Scope
 
@@ -89,11 +89,7 @@ def _bind_gears(ck: Binder, p: ast.ProgramParam, value: int | None, given: bool)
         ends = check_range(p, values, value, given, ck.error)
         if ends is None:
             return None
-        ladder = range_gears(*ends)
-        if len(ladder) > MAX_GEARS:  # only a range of sizes past 2**63 could
-            ck.error(f"range of '{p.name.name}' is too wide", p.gears.span)
-            return None
-        ck.gears[p.name.name] = ladder
+        ck.gears[p.name.name] = range_gears(*ends)  # at most 64: the ends are below 2**63
         ck.ranges[p.name.name] = ends
         return ends[0] if value is None and not given else value
     gears = check_gears(p, values, value, given, ck.error)
