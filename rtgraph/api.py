@@ -28,7 +28,7 @@ from rtgraph.device.spec import DeviceSpec
 from rtgraph.errors import InputError, RtgError, RtgErrors, UsageError
 from rtgraph.frontend.gears import gear_combinations
 from rtgraph.frontend.onnx_import import load_onnx
-from rtgraph.ir.data import FILL_MISSING_HINT, generate
+from rtgraph.ir.data import check_names, generate
 from rtgraph.ir.graph import Program
 from rtgraph.ir.reference import Reference
 from rtgraph.ir.reference import reference as _reference
@@ -160,16 +160,10 @@ def compile_gears(
             f"program '{program.name}' has no dynamic parameters to compile gears of",
             hint="declare one as NAME: dyn {g1, g2, …}, or compile it with rtgraph.compile",
         )
-    assert program.source is not None  # a checked .rtg program keeps its text
     spec = device_for(device, program.device)
     options = options or CompileOptions()
-    fixed = {n: v for n, v in program.params.items() if n not in program.gears}
-    bound = {  # the program as given is one gear's already, when bound at one
-        tuple(values.items()): program
-        if program.params == {**fixed, **values}
-        else _bind_at_gear(program, {**fixed, **values}, values, spec)
-        for values in gear_combinations(program.gears)
-    }
+    fixed, bind = _gear_binder(program, spec)
+    bound = {tuple(v.items()): bind(v) for v in gear_combinations(program.gears)}
     _check_ranges(program, lambda values: bound[tuple(values.items())])
     compiled = tuple(
         (dict(values), compile_program(checked, spec, options)) for values, checked in bound.items()
@@ -183,18 +177,8 @@ def check_ranges(program: Program, *, device: str | DeviceSpec | None = None) ->
     (the other dynamic parameters at their first gear) must compute the lower end's elements
     as the upper end's would (:func:`rtgraph.compiler.padding.pad_plan`), else a
     :class:`~rtgraph.errors.CheckError` located at the op that forbids it."""
-    if not program.ranges:
-        return
-    assert program.source is not None
-    spec = device_for(device, program.device)
-    fixed = {n: v for n, v in program.params.items() if n not in program.gears}
-
-    def bind(values: dict[str, int]) -> Program:
-        if program.params == {**fixed, **values}:
-            return program
-        return _bind_at_gear(program, {**fixed, **values}, values, spec)
-
-    _check_ranges(program, bind)
+    if program.ranges:
+        _check_ranges(program, _gear_binder(program, device_for(device, program.device))[1])
 
 
 def _check_ranges(program: Program, bind: Callable[[dict[str, int]], Program]) -> None:
@@ -205,21 +189,31 @@ def _check_ranges(program: Program, bind: Callable[[dict[str, int]], Program]) -
         pad_plan(bind(first), bind(ends), first, ends)
 
 
-def _bind_at_gear(
-    program: Program, params: dict[str, int], values: dict[str, int], spec: DeviceSpec
-) -> Program:
-    """``program``'s source checked at one gear; its errors say which gear (a value the
-    program's text may not show, as a range's powers of two)."""
-    assert program.source is not None
-    try:
-        return parse(program.source.text, program.source.name, params, device=spec)
-    except RtgError as e:
-        shown = ", ".join(f"{n}={v}" for n, v in values.items())
-        for error in e.errors if isinstance(e, RtgErrors) else [e]:
-            error.message = f"at the gear {shown}: {error.message}"
-        if isinstance(e, RtgErrors):
-            e.message = e.errors[0].message
-        raise
+def _gear_binder(
+    program: Program, spec: DeviceSpec
+) -> tuple[dict[str, int], Callable[[dict[str, int]], Program]]:
+    """The values of ``program``'s parameters that are not dynamic, and a function checking
+    its source at one gear combination — ``program`` itself when it is bound there — whose
+    errors say which gear (a value the program's text may not show, as a range's powers of
+    two)."""
+    assert program.source is not None  # a checked .rtg program keeps its text
+    source = program.source
+    fixed = {n: v for n, v in program.params.items() if n not in program.gears}
+
+    def bind(values: dict[str, int]) -> Program:
+        if program.params == {**fixed, **values}:
+            return program
+        try:
+            return parse(source.text, source.name, {**fixed, **values}, device=spec)
+        except RtgError as e:
+            shown = ", ".join(f"{n}={v}" for n, v in values.items())
+            for error in e.errors if isinstance(e, RtgErrors) else [e]:
+                error.message = f"at the gear {shown}: {error.message}"
+            if isinstance(e, RtgErrors):
+                e.message = e.errors[0].message
+            raise
+
+    return fixed, bind
 
 
 def bind_gear(
@@ -293,13 +287,9 @@ def run(
     """
     spec = device_for(device, program.device)
     if padding is not None and numerics:
-        missing = [n for n in padding.inputs if inputs is not None and n not in inputs]
-        if missing and not fill_missing:
-            raise InputError(
-                f"input '{missing[0]}' is missing: the supplied inputs must hold every input "
-                f"of program '{program.name}'",
-                hint=FILL_MISSING_HINT,
-            )
+        if inputs is not None:  # the real inputs, named as the emulator would name them
+            declared = dict.fromkeys(padding.inputs)
+            check_names("input", list(inputs), declared, program.name, fill_missing=fill_missing)
         inputs = _padded(program, padding, "input", inputs, padding.inputs, seed)
         if padding.params:  # the others are the gear's own: generated there, or given whole
             made = _padded(program, padding, "param", params, padding.params, seed)
