@@ -165,6 +165,13 @@ SCRIPTS: tuple[tuple[str, list[str], list[str], str], ...] = (
         "time and makespan per step (issue 18)",
     ),
     (
+        "matmul_row_blocks",
+        ["benchmarks/matmul_row_blocks.py"],
+        ["benchmarks/matmul_row_blocks.py"],
+        "the price of row-stable matmuls: calls of row_block(rows) rows against calls cut at "
+        "the product's own rows (CPU time)",
+    ),
+    (
         "dynamic_shapes",
         ["benchmarks/dynamic_shapes.py"],
         ["benchmarks/dynamic_shapes.py"],

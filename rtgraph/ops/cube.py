@@ -118,9 +118,10 @@ def _matmul_cost(types: Types, out: TensorType, attrs: Attrs) -> Cost:
 #: count, the last block zero-padded to it — makes a row's value independent of how many rows
 #: share the matmul: the optimizer's row tiling, in multiples of this, stays bit-exact, and so
 #: does a run padded to the gear above it (:mod:`rtgraph.compiler.padding`), whose row count
-#: rounds up to the same call. The price is the padded rows' work: 1.8× the CPU time of
-#: unpadded calls for a [65, 768] @ [768, 768] product (two calls of 64 rows), 1.6× at 33 rows,
-#: 1.03× at 1,000, none at 1,024 or a power of two (measured with one BLAS thread).
+#: rounds up to the same call. The price is the padded rows' work
+#: (``benchmarks/matmul_row_blocks.py``): about 1.8× the CPU time of calls cut at the rows for
+#: a [65, 768] @ [768, 768] product (two calls of 64 rows), 1.5× at 33 rows, a few per cent at
+#: 1,000, none at 1,024 or a power of two.
 ROW_BLOCK = 64
 
 
