@@ -23,7 +23,7 @@ from rtgraph.compiler.memplan import (
     read_records_csv,
     write_offsets_csv,
 )
-from rtgraph.compiler.memplan.greedy import PREORDERS, preorder_ranks, skyline_offsets
+from rtgraph.compiler.memplan.greedy import PREORDERS, preorder_ranks, range_max, skyline_offsets
 from rtgraph.compiler.memplan.search import Outcome, fits_within
 from rtgraph.errors import InputError
 
@@ -210,6 +210,24 @@ GAP_INSTANCE = [
     (3, 4, 3),
     (4, 5, 4),
 ]
+
+
+@given(
+    values=st.lists(st.integers(-(2**62), 2**62), min_size=1, max_size=70),
+    data=st.data(),
+)
+def test_range_max_is_the_maximum_of_every_range(values, data):
+    """The sparse table every search reads the skyline through, against Python's max."""
+    n = len(values)
+    ranges = data.draw(
+        st.lists(
+            st.integers(0, n - 1).flatmap(lambda a: st.tuples(st.just(a), st.integers(a + 1, n)))
+        )
+    )
+    lo = np.array([a for a, _ in ranges], dtype=np.int64)
+    hi = np.array([b for _, b in ranges], dtype=np.int64)
+    got = range_max(np.array(values, dtype=np.int64), lo, hi)
+    assert got.tolist() == [max(values[a:b]) for a, b in ranges]
 
 
 def test_an_instance_whose_optimum_exceeds_max_live():

@@ -169,21 +169,22 @@ def _max_section_total(problem: Problem) -> np.ndarray:
 def range_max(values: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """``max(values[lo[k]:hi[k]])`` for every k (all ranges non-empty), by a sparse table.
 
-    ``O(S log S + K)`` for ``S`` values and ``K`` ranges.
+    ``O(S log W + K)`` for ``S`` values, ``K`` ranges and the widest range ``W``: the table has
+    one row per power of two up to ``W``, and every range is answered by one gather from two
+    of its blocks (the searches call this at every node, so it is a handful of NumPy calls).
     """
-    table = [values]
-    step = 1
-    while 2 * step <= len(values):
-        prev = table[-1]
-        table.append(np.maximum(prev[:-step], prev[step:]))
-        step *= 2
+    if len(lo) == 0:
+        return np.empty(0, dtype=values.dtype)
+    n = len(values)
     level = np.frexp((hi - lo).astype(np.float64))[1] - 1
-    out = np.empty(len(lo), dtype=values.dtype)
-    for j in np.unique(level).tolist():
-        sel = level == j
-        row = table[j]
-        out[sel] = np.maximum(row[lo[sel]], row[hi[sel] - (1 << j)])
-    return out
+    table = np.empty((int(level.max()) + 1, n), dtype=values.dtype)
+    table[0] = values
+    step = 1
+    for j in range(1, len(table)):  # row j holds the maxima of blocks of 2**j (where they fit)
+        np.maximum(table[j - 1, : n - step], table[j - 1, step:], out=table[j, : n - step])
+        table[j, n - step :] = table[j - 1, n - step :]  # never read: no block starts there
+        step *= 2
+    return np.maximum(table[level, lo], table[level, hi - (1 << level)])
 
 
 def sweep_offsets(problem: Problem) -> np.ndarray:
