@@ -6,6 +6,7 @@ results → reports. The functions below run one stage each; see :mod:`rtgraph.a
 """
 
 from rtgraph.api import (
+    as_checked,
     bind_gear,
     check_ranges,
     choose_gear,
@@ -30,6 +31,7 @@ __all__ = [
     "RtgErrors",
     "StreamProgram",
     "__version__",
+    "as_checked",
     "bind_gear",
     "check_ranges",
     "choose_gear",

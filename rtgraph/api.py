@@ -21,6 +21,7 @@ import numpy as np
 from rtgraph import emulator, frontend
 from rtgraph.compiler import CompileOptions, compile_program
 from rtgraph.compiler.optimizer.levels import DEFAULT_LEVEL
+from rtgraph.compiler.optimizer.pipeline import as_checked as _as_checked
 from rtgraph.compiler.padding import PadPlan, pad_plan
 from rtgraph.compiler.scheduling.policies import StreamPolicy
 from rtgraph.device import check_compatibility, load_device, load_named_device
@@ -328,12 +329,30 @@ def _padded(
     values = {n: v for n, v in (given or {}).items() if n in real or n not in hosts}
     for name, shape in real.items():
         if name not in values:
-            values[name] = generate(name, shape, hosts[name].dtype, seed, param=role == "param")
+            h = hosts[name]
+            values[name] = generate(
+                name, shape, h.dtype, seed, param=role == "param", nonnegative=h.nonnegative
+            )
     return padding.pad(values, {n: t.shape for n, t in hosts.items()})
 
 
 #: The reference to check a run against (:func:`rtgraph.ir.reference.reference`).
 reference = _reference
+
+
+def as_checked(
+    program: Program,
+    *,
+    device: str | DeviceSpec | None = None,
+    options: CompileOptions | None = None,
+) -> Program:
+    """``program`` as a run of it compiled under ``options`` (None: the defaults) is checked
+    against bit for bit: with its batchnorms folded into the conv or matmul before them (``-O1``
+    and up) and its precisions chosen (``--precision``), as the optimizer leaves it — passes
+    that change the arithmetic by design; ``program`` itself when none runs. Pass it to
+    :func:`reference`: ``rtgraph.reference(rtgraph.as_checked(program))``."""
+    spec = device_for(device, program.device)
+    return _as_checked(program, (options or CompileOptions()).for_device(spec))
 
 
 def compare(

@@ -153,7 +153,9 @@ def run_cluster(
     params = {
         t.name: given_params.get(t.name)
         if t.name in given_params
-        else generate(t.name, t.type.shape, t.type.dtype, seed, param=True)
+        else generate(
+            t.name, t.type.shape, t.type.dtype, seed, param=True, nonnegative=t.nonnegative
+        )
         for t in whole.params_()
     }
     per_inputs: list[dict[str, np.ndarray]] = [{} for _ in compiled.ranks]

@@ -22,6 +22,8 @@ from rtgraph.cli.arguments import (
 from rtgraph.cli.cluster_run import cmd_run_cluster
 from rtgraph.cli.gears import run_shapes
 from rtgraph.cli.pages import is_sweep_folder, write_run_page, write_sweep_page
+from rtgraph.compiler.optimizer.pipeline import as_checked
+from rtgraph.compiler.options import CompileOptions
 from rtgraph.compiler.padding import PadPlan
 from rtgraph.errors import UsageError
 from rtgraph.frontend.onnx_import import OnnxProgram
@@ -30,9 +32,22 @@ from rtgraph.ir.interpreter import check_supplied
 from rtgraph.ir.reference import check_mode
 from rtgraph.reports.advisor import advise, format_advice
 from rtgraph.reports.memory_snapshot import write_run_snapshot
-from rtgraph.reports.precision import as_rewritten, precision_json, run_lines, run_precision
+from rtgraph.reports.precision import folds_moved, precision_json, run_lines, run_precision
 from rtgraph.reports.trace import write_trace
 from rtgraph.stream_program.listing import compile_report
+
+#: The run report's note on a program whose batchnorms the optimizer folded: a header, and
+#: the line after the outputs.
+FOLDED = (
+    "batchnorm folded into the conv/matmul before it (-O1 and up), so checked above against the "
+    "folded program; the program as written differs by",
+    "(`rtgraph explain` holds each fold to the error bound the pass derives; -O0 keeps the "
+    "batchnorms)",
+)
+
+
+#: The passes a compiled program's check repeats when it folded its batchnorms.
+FOLD = ("fold_batchnorm",)
 
 
 def padding_json(plan: PadPlan) -> dict:
@@ -83,12 +98,17 @@ def cmd_run(args: argparse.Namespace) -> int:
         padding=plan,
         **supplied,
     )
-    report, precision = {}, None
+    report, precision, moved = {}, None, None
     if mode != "none":
         options = compile_options(args)
-        checked = as_rewritten(program, options.for_device(spec))  # --precision: as rewritten
-        reference = api.reference(checked, check=mode, fill_missing=args.fill_missing, **supplied)
+        if is_compiled(args):  # compiled already (no option applies): as its compile folded
+            options = CompileOptions(passes=FOLD * bool(compiled.meta.get("batchnorms_folded")))
+        targeted = options.for_device(spec)
+        checked = as_checked(program, targeted)  # batchnorms folded, precisions chosen
+        check = {"check": mode, "fill_missing": args.fill_missing, **supplied}
+        reference = api.reference(checked, **check)
         report = api.compare(result.outputs, reference)
+        moved = folds_moved(program, targeted, result.outputs, lambda p: api.reference(p, **check))
         if options.precision != "keep":
             found = (program, options, spec, result.outputs, result.makespan_us, supplied)
             precision = run_precision(*found)
@@ -113,6 +133,10 @@ def cmd_run(args: argparse.Namespace) -> int:
             data["padding"] = padding_json(plan)
         if precision is not None:
             data["precision"] = precision_json(precision)
+        if moved is not None:
+            data["batchnorm_folded"] = {
+                k: {"max_abs": a, "max_rel_top": r} for k, (a, r) in moved.items()
+            }
         print(json.dumps(data, indent=1))
     else:
         print(result.summary())
@@ -135,6 +159,11 @@ def cmd_run(args: argparse.Namespace) -> int:
                     f"  {name:<16} max abs {r['max_abs']:.3g}  max rel {r['max_rel']:.3g}  "
                     f"{verdict}{odd}"
                 )
+        if moved is not None:
+            print(f"\n{FOLDED[0]}")
+            for name, (diff, share) in moved.items():
+                print(f"  {name:<16} max abs {diff:.3g}  ({share:.3g} of its largest magnitude)")
+            print(FOLDED[1])
         if precision is not None:
             print("\n" + "\n".join(run_lines(precision)))
     return 0

@@ -16,7 +16,7 @@ from dataclasses import replace
 from typing import Any
 
 from rtgraph.compiler.memplan import Placement, Record, check_placement
-from rtgraph.compiler.optimizer.pipeline import optimize
+from rtgraph.compiler.optimizer.pipeline import folds, optimize
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.compiler.passes.allocate_at_runtime import allocate_at_runtime
 from rtgraph.compiler.passes.assign_streams import assign_streams
@@ -100,7 +100,10 @@ def compile_program(
             graph = pass_(graph, bound)
             if bound.check and isinstance(graph, TaskGraph):
                 check_graph(graph, after=pass_.__name__)
-        return mark_replays(graph, replays_of(program))  # `replay step N`: graph launches
+        compiled = mark_replays(graph, replays_of(program))  # `replay step N`: graph launches
+        if folds(program, bound):  # what a run is checked against, from the .json too
+            compiled.meta["batchnorms_folded"] = True
+        return compiled
     finally:
         if enabled:
             gc.enable()

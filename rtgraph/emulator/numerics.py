@@ -113,7 +113,7 @@ def _contiguous(name: str, offset: int, shape: tuple[int, ...], dtype: str) -> O
 def declared_params(program: StreamProgram) -> list[DeclaredParam]:
     """The stream program's params, as :mod:`rtgraph.ir.data` reads them."""
     return [
-        DeclaredParam(h.name, TensorType(tuple(h.shape), h.dtype), None, h.derive)
+        DeclaredParam(h.name, TensorType(tuple(h.shape), h.dtype), None, h.derive, h.nonnegative)
         for h in program.host_tensors
         if h.role == "param"
     ]

@@ -134,7 +134,7 @@ class ParamDecl:
     name: Ident
     count: Expr | None
     type: TypeExpr
-    hint: Ident | None
+    hints: tuple[Ident, ...]
     span: Span
 
 

@@ -111,8 +111,7 @@ class AstBuilder:
         nodes = _nodes(c)
         count = nodes[0] if len(nodes) > 1 and not isinstance(nodes[0], ast.TypeExpr) else None
         rest = nodes[1:] if count is not None else nodes
-        hint = rest[1] if len(rest) > 1 else None
-        return ast.ParamDecl(self.ident(c[1]), count, rest[0], hint, self.span(c))
+        return ast.ParamDecl(self.ident(c[1]), count, rest[0], tuple(rest[1:]), self.span(c))
 
     def alloc_hint(self, c: list) -> ast.Ident:
         return ast.Ident(c[1][1], self.span(c))

@@ -32,6 +32,7 @@ from rtgraph.frontend.graphs import GraphChecker
 from rtgraph.frontend.loop_replay import LoopReplay, mentions
 from rtgraph.frontend.params import bind_params
 from rtgraph.frontend.values import POISON, Bound, FnRef, Scope, Value, describe
+from rtgraph.ir.data import nonnegative_params
 from rtgraph.ir.graph import OpNode, Program, Tensor
 from rtgraph.ops import language_op
 from rtgraph.ops.fused import CHANNEL_AXIS
@@ -116,7 +117,7 @@ class Checker(GraphChecker):
             name=program.name.name,
             params=values,
             device=device.name if device is not None else None,
-            tensors=self.ir.tensors,
+            tensors=nonnegative_params(self.ir.tensors, self.ir.nodes),
             nodes=self.ir.nodes,
             outputs=self.outputs,
             streams=self.streams,

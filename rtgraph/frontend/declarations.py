@@ -30,6 +30,8 @@ MAX_PARAM_ARRAY = 4096
 
 _INPUT_HINTS = {"pinned": True, "pageable": False}
 _PARAM_HINTS = ("direct", "cached")
+#: The param hint that makes seeded values ``|x|`` (a variance; :func:`rtgraph.ir.data.generate`).
+NONNEGATIVE = "nonnegative"
 _KIND_WORDS = {
     "binding": "a value",
     "input": "an input",
@@ -153,16 +155,30 @@ class DeclarationChecker(ExpressionChecker):
     def s_param(self, st: ast.ParamDecl) -> None:
         if not self.at_top(st, "param"):
             return
-        alloc = "auto"
-        if st.hint is not None:
-            if st.hint.name in _PARAM_HINTS:
-                alloc = st.hint.name
-            else:
+        alloc, nonnegative = "auto", False
+        for hint in st.hints:
+            if hint.name not in (*_PARAM_HINTS, NONNEGATIVE):
                 self.error(
-                    f"unknown allocation hint '@{st.hint.name}' for a param",
-                    st.hint.span,
-                    hint=did_you_mean(st.hint.name, _PARAM_HINTS) or "use @direct or @cached",
+                    f"unknown hint '@{hint.name}' for a param",
+                    hint.span,
+                    hint=did_you_mean(hint.name, (*_PARAM_HINTS, NONNEGATIVE))
+                    or "use @direct or @cached (allocation), @nonnegative (seeded values)",
                 )
+            elif nonnegative if hint.name == NONNEGATIVE else alloc != "auto":
+                what = (
+                    "@nonnegative twice"
+                    if hint.name == NONNEGATIVE
+                    else f"two allocation hints, @{alloc} and @{hint.name}"
+                )
+                self.error(
+                    f"param '{st.name.name}' has {what}",
+                    hint.span,
+                    hint="a param takes one of @direct and @cached at most, and @nonnegative once",
+                )
+            elif hint.name == NONNEGATIVE:
+                nonnegative = True
+            else:
+                alloc = hint.name
         count: int | None = None
         if st.count is not None:
             count = self.compile_time_int(st.count, "the length of a param array")
@@ -186,14 +202,13 @@ class DeclarationChecker(ExpressionChecker):
         if type_ is not None and self.ir.fits(name, type_, st.span):
             if count is not None and not self.array_fits(name, count, type_.nbytes, st):
                 count = None
+            marks = {"alloc": alloc, "nonnegative": nonnegative}
             if st.count is None:
-                value = self.ir.tensor(name, type_, "param", st.span, name, alloc=alloc)
+                value = self.ir.tensor(name, type_, "param", st.span, name, **marks)
             elif count is not None:
                 self.ir.make_room(st.span, count)  # for every element, before making any
                 elements = tuple(
-                    self.ir.tensor(
-                        f"{name}[{i}]", type_, "param", st.span, f"{name}[{i}]", alloc=alloc
-                    )
+                    self.ir.tensor(f"{name}[{i}]", type_, "param", st.span, f"{name}[{i}]", **marks)
                     for i in range(count)
                 )
                 value = ParamArray(name, elements)

@@ -21,14 +21,16 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from numbers import Integral
 
 import numpy as np
 
 from rtgraph.dtypes import DTYPES, TensorType, to_value
 from rtgraph.errors import CheckError, InputError, Span, UsageError, did_you_mean
+from rtgraph.ir.graph import Node, OpNode, Tensor
 from rtgraph.ir.weights import Derive, derived_value
+from rtgraph.ops import lookup
 
 #: The largest seed: seeds are integers from 0 to 2**63 - 1.
 MAX_SEED = 2**63 - 1
@@ -51,16 +53,39 @@ def check_seed(seed: object) -> int:
 
 
 def generate(
-    name: str, shape: tuple[int, ...], dtype: str, seed: int, *, param: bool
+    name: str,
+    shape: tuple[int, ...],
+    dtype: str,
+    seed: int,
+    *,
+    param: bool,
+    nonnegative: bool = False,
 ) -> np.ndarray:
-    """Values for tensor ``name`` (value form of ``dtype``), reproducible from ``seed``."""
+    """Values for tensor ``name`` (value form of ``dtype``), reproducible from ``seed``;
+    their absolute values for a ``nonnegative`` param (:func:`nonnegative_params`)."""
     rng = np.random.default_rng([check_seed(seed), zlib.crc32(name.encode())])
     if not DTYPES[dtype].is_float:
-        return to_value(rng.integers(-4, 5, size=shape), dtype)
+        values = rng.integers(-4, 5, size=shape)
+        return to_value(np.abs(values) if nonnegative else values, dtype)
     values = rng.standard_normal(size=shape, dtype=np.float32)
     if param and len(shape) >= 2:
         values *= np.float32(1.0 / np.sqrt(max(shape[-2], 1)))
-    return to_value(values, dtype)
+    return to_value(np.abs(values) if nonnegative else values, dtype)
+
+
+def nonnegative_params(tensors: dict[str, Tensor], nodes: list[Node]) -> dict[str, Tensor]:
+    """``tensors`` with ``nonnegative`` set on every param passed as it is to an operand its op
+    needs at or above zero (the registry's ``nonnegative_args``: batchnorm's variance), so that
+    a seeded run generates ``|x|`` there instead of a negative variance's NaNs."""
+    marked = set()
+    for node in nodes:
+        op = lookup(node.op) if isinstance(node, OpNode) else None
+        for k in op.nonnegative_args if op is not None else ():
+            if k < len(node.inputs) and tensors[node.inputs[k]].kind == "param":
+                marked.add(node.inputs[k])
+    if not marked:
+        return tensors
+    return {n: replace(t, nonnegative=True) if n in marked else t for n, t in tensors.items()}
 
 
 def check_names(
@@ -100,6 +125,7 @@ class DeclaredParam:
     type: TensorType
     span: Span | None = None
     derive: Derive | None = None
+    nonnegative: bool = False
 
 
 def supplied_params(params: Iterable[DeclaredParam]) -> dict[str, tuple[TensorType, Span | None]]:
@@ -150,11 +176,14 @@ def param_values(
     computed once for all the params made from it. The names in ``given`` must have passed
     :func:`check_params` (source names, not derived ones): both callers check them first."""
     declared = supplied_params(params)
+    nonnegative = {p.name if p.derive is None else p.derive.source for p in params if p.nonnegative}
     sources: dict[str, np.ndarray] = {}
     for name, (t, span) in declared.items():
         array = None if given is None else given.get(name)
         if array is None:
-            sources[name] = generate(name, t.shape, t.dtype, seed, param=True)
+            sources[name] = generate(
+                name, t.shape, t.dtype, seed, param=True, nonnegative=name in nonnegative
+            )
         else:
             sources[name] = supplied_value(
                 array, label=name, origin="param", shape=t.shape, dtype=t.dtype, span=span

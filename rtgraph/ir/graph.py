@@ -52,7 +52,10 @@ class Tensor:
     (:mod:`rtgraph.ir.weights`: the precision pass's converted and quantized weights).
     ``precision`` is the precision the program asks its producing op to compute in
     (``h = x @ w @precision(f32)``: ``f32``, ``f16``, ``bf16`` or ``int8``); the precision
-    pass honours it whatever ``--precision`` says.
+    pass honours it whatever ``--precision`` says. A ``nonnegative`` param is declared
+    ``@nonnegative`` or passed as it is to an operand its op needs at or above zero (batchnorm's
+    variance; the op registry's ``nonnegative_args``): values generated for it from a seed are
+    ``|x|``.
     """
 
     name: str
@@ -66,6 +69,7 @@ class Tensor:
     pinned: bool = True
     derive: Derive | None = None
     precision: str | None = None
+    nonnegative: bool = False
 
     @property
     def label(self) -> str:

@@ -46,7 +46,9 @@ def host_memory_limit() -> int:
 
 def declared_params(program: Program) -> list[DeclaredParam]:
     """``program``'s params, as :mod:`rtgraph.ir.data` reads them."""
-    return [DeclaredParam(t.name, t.type, t.span, t.derive) for t in program.params_()]
+    return [
+        DeclaredParam(t.name, t.type, t.span, t.derive, t.nonnegative) for t in program.params_()
+    ]
 
 
 def declared_names(program: Program, role: str) -> dict[str, Span | None]:

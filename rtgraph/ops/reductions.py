@@ -209,8 +209,9 @@ BATCHNORM = OpDef(
     cost=per_input(4),
     kernel=ieee(_batchnorm_kernel),
     attrs={"eps": AttrSpec("float", 1e-5, doc="added to the variance, at least 0")},
+    nonnegative_args=(4,),
     doc="inference batch norm: (x - mean) / sqrt(var + eps) * gamma + beta per channel "
-    "(axis 1 of N, C, ...); gamma, beta, mean, var of shape [C]",
+    "(axis 1 of N, C, ...); gamma, beta, mean, var of shape [C] (a var param is seeded as |x|)",
 )
 
 

@@ -114,6 +114,9 @@ class OpDef:
     the checker does not know it and the op table leaves it out. An op with no ``fusion`` joins
     fused kernels as an elementwise op where ``fusion_when(types, attrs)`` holds for its operands
     (:func:`fusion_of`: a quantize by a per-tensor scale, whose scalar operand broadcasts).
+    ``nonnegative_args`` are the operands whose values the op needs at or above zero (a
+    variance): a param passed there as it is gets seeded values ``|x|``
+    (:func:`rtgraph.ir.data.generate`), so a seeded run means something.
     """
 
     name: str
@@ -130,6 +133,7 @@ class OpDef:
     internal: bool = False
     kernel_into: Callable[[Sequence[np.ndarray], Mapping[str, Any], np.ndarray], None] | None = None
     fusion_when: Callable[[Sequence[TensorType], Mapping[str, Any]], bool] | None = None
+    nonnegative_args: tuple[int, ...] = ()
 
     def unit_for(self, attrs: Mapping[str, Any]) -> str:
         """The unit a task of this op runs on (``layout`` copies run on the Vector unit; an op

@@ -151,7 +151,7 @@ def _batchnorm_folds(before: Program, after: Program) -> list[str]:
     verdict = "within" if m.worst_share <= 1 else "NOT within"
     return [
         *lines,
-        f"  numerics (seed 0, variances |v|): outputs differ from the unfolded program's by max "
+        f"  numerics (seed 0): outputs differ from the unfolded program's by max "
         f"abs {m.max_abs:.3g}, max rel {m.max_rel:.3g} (of the output's largest magnitude)",
         f"  each fold's own result: max abs {m.local_abs:.3g}, {verdict} the derived bound (up "
         f"to {m.local_bound:.3g}); worst element {m.worst_share:.0%} of its bound, after "

@@ -14,13 +14,18 @@ Two reports:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from rtgraph.compiler.optimizer.choose_precision import Decision, any_pinned, measured, uniform
-from rtgraph.compiler.optimizer.pipeline import chosen_passes, optimized_ir
+from rtgraph.compiler.optimizer.choose_precision import Decision, measured, uniform
+from rtgraph.compiler.optimizer.pipeline import (
+    chosen_passes,
+    folds,
+    optimized_ir,
+    rewrites_precision,
+)
 from rtgraph.compiler.optimizer.precision_rewrite import converted
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.compiler.pipeline import compile_program
@@ -29,6 +34,7 @@ from rtgraph.emulator import simulate
 from rtgraph.ir.accuracy import Accuracy, accuracy
 from rtgraph.ir.graph import Program
 from rtgraph.ir.interpreter import evaluate
+from rtgraph.ir.reference import Reference
 
 
 def accuracy_line(name: str, a: Accuracy) -> str:
@@ -74,14 +80,29 @@ def decision_lines(program: Program, options: CompileOptions) -> list[str]:
     return lines
 
 
-def as_rewritten(program: Program, options: CompileOptions) -> Program:
-    """``program`` as the precision pass leaves it (itself under ``keep`` with nothing pinned):
-    what a run under ``--precision`` is checked against bit for bit — the error the precision
-    costs is :func:`run_precision`'s, against the program computed in f32."""
-    keep = options.precision == "keep" and not any_pinned(program)
-    if keep or "choose_precision" not in chosen_passes(options):
-        return program
-    return optimized_ir(program, options, after="choose_precision")
+def folds_moved(
+    program: Program,
+    options: CompileOptions,
+    outputs: Mapping[str, np.ndarray],
+    reference: Callable[[Program], Reference],
+) -> dict[str, tuple[float, float]] | None:
+    """How far batchnorm folding moved each of a run's ``outputs`` from ``program`` as written
+    (its ``reference``: a function of a program): the largest difference over the checked
+    elements, and that as a share of the output's largest magnitude there (the run itself is
+    checked against :func:`~rtgraph.compiler.optimizer.pipeline.as_checked`). None when nothing
+    folded, or when the precision pass rewrote the program too: the precision report
+    (:func:`run_precision`) measures the two together then."""
+    if not folds(program, options) or rewrites_precision(program, options):
+        return None
+    unfolded = reference(program)
+    moved = {}
+    for name in unfolded:
+        got = unfolded.elements(name, outputs[name]).astype(np.float64)
+        want = unfolded.elements(name, unfolded[name]).astype(np.float64)
+        diff = float(np.max(np.abs(got - want), initial=0.0))
+        top = float(np.max(np.abs(want), initial=0.0))
+        moved[name] = (diff, diff / top if top else 0.0)
+    return moved
 
 
 def _before(program: Program, options: CompileOptions) -> Program:

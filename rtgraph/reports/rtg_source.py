@@ -276,8 +276,8 @@ class _Printer:
         hint = ""
         if kind == "input" and not t.pinned:
             hint = " @pageable"
-        elif kind == "param" and t.alloc != "auto":
-            hint = f" @{t.alloc}"
+        elif kind == "param":
+            hint = f" @{t.alloc}" * (t.alloc != "auto") + " @nonnegative" * t.nonnegative
         self.say(f"{kind} {name} : {t.type.dtype}[{dims}]{hint}")
         self.defined.add(t.name)
 

@@ -159,7 +159,9 @@ class HostTensor:
     ``role`` is ``input`` (copied in by an ``h2d`` task), ``output`` (copied out by ``d2h``),
     ``param`` (resident on the device from load time) or ``const`` (a scalar baked in). A
     ``param`` with ``derive`` is made at load time from the data supplied (or generated) for the
-    source program's param ``derive.source`` (:mod:`rtgraph.ir.weights`).
+    source program's param ``derive.source`` (:mod:`rtgraph.ir.weights`). A ``nonnegative``
+    param's seeded values are ``|x|`` (the IR tensor's flag: declared ``@nonnegative``, or
+    passed to a variance).
     """
 
     name: str
@@ -169,6 +171,7 @@ class HostTensor:
     value: float | None = None
     pinned: bool = True
     derive: Derive | None = None
+    nonnegative: bool = False
 
 
 @dataclass(frozen=True)
@@ -304,6 +307,8 @@ def _host_to(h: HostTensor) -> dict[str, Any]:
             "axis": r.axis,
             "factor": r.factor,
         }
+    if h.nonnegative:  # likewise
+        d["nonnegative"] = True
     return d
 
 
@@ -316,7 +321,10 @@ def _host_from(h: dict[str, Any]) -> HostTensor:
         axis = None if r["axis"] is None else int(r["axis"])
         derive = Derive(r["source"], source, r["rule"], axis, float(r["factor"]))
     shape = tuple(int(n) for n in h["shape"])
-    return HostTensor(h["name"], h["role"], shape, h["dtype"], h["value"], h["pinned"], derive)
+    nonnegative = bool(h.get("nonnegative", False))
+    return HostTensor(
+        h["name"], h["role"], shape, h["dtype"], h["value"], h["pinned"], derive, nonnegative
+    )
 
 
 def to_dict(p: StreamProgram) -> dict[str, Any]:

@@ -174,13 +174,10 @@ SCHEMA_DOC: dict[str, Any] = {
                     "role": {"enum": ["input", "output", "param", "const"]},
                     "shape": _ref("shape"),
                     "dtype": _ref("dtype"),
-                    "value": {
-                        "type": ["number", "null"],
-                        "minimum": -MAX_FLOAT,
-                        "maximum": MAX_FLOAT,
-                    },
+                    "value": {**_FLOAT, "type": ["number", "null"]},
                     "pinned": _BOOL,
                     "derive": {"anyOf": [_ref("derive"), {"type": "null"}]},
+                    "nonnegative": _BOOL,
                 },
             )
         ),
@@ -318,6 +315,7 @@ SCHEMA_DOC: dict[str, Any] = {
             "type": "object",
             "properties": {
                 "policy": {"type": ["string", "null"], "maxLength": MAX_NAME_CHARS},
+                "batchnorms_folded": _BOOL,
                 "barriers": {
                     "type": "object",
                     "required": [

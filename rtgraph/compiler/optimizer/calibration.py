@@ -52,7 +52,9 @@ def batches(program: Program, options: CompileOptions) -> list[Batch]:
     params = options.calibration_params
     if params is None:  # the weights a run generates from seed 0, made once
         params = {
-            t.name: generate(t.name, t.type.shape, t.type.dtype, 0, param=True)
+            t.name: generate(
+                t.name, t.type.shape, t.type.dtype, 0, param=True, nonnegative=t.nonnegative
+            )
             for t in program.params_()
         }
     if options.calibration is None:

@@ -286,18 +286,14 @@ class FoldNumerics:
 
 def fold_numerics(before: Program, after: Program, seed: int = 0) -> FoldNumerics | None:
     """Measure what folding ``before``'s batchnorms into ``after`` did to the numbers, with the
-    reference interpreter on both and the data generated from ``seed`` (variances as their
-    absolute values: seeded params are standard normal). None when nothing folded or the
+    reference interpreter on both and the data generated from ``seed`` (a variance's as
+    ``|x|``: :func:`rtgraph.ir.data.nonnegative_params`). None when nothing folded or the
     programs do not fit in host memory."""
     sites = fold_sites(before)
     if not sites or after is before:
         return None
     values = host_values(before, None, None, seed)
-    variances = {s.bn.inputs[4] for s in sites}
-    params = {
-        t.name: np.abs(values[t.name]) if t.name in variances else values[t.name]
-        for t in before.params_()
-    }
+    params = {t.name: values[t.name] for t in before.params_()}
     inputs = {t.name: values[t.name] for t in before.inputs()}
     made = {n.output: n for n in after.nodes if isinstance(n, OpNode)}
     extra_before = [n for s in sites for n in (s.product.inputs[0], s.bn.output)]

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 
-from rtgraph.compiler.optimizer.choose_precision import choose_precision
+from rtgraph.compiler.optimizer.choose_precision import any_pinned, choose_precision
 from rtgraph.compiler.optimizer.eliminate_common_subexpressions import (
     eliminate_common_subexpressions,
 )
 from rtgraph.compiler.optimizer.eliminate_dead_code import eliminate_dead_code
-from rtgraph.compiler.optimizer.fold_batchnorm import fold_batchnorm
+from rtgraph.compiler.optimizer.fold_batchnorm import fold_batchnorm, fold_sites
 from rtgraph.compiler.optimizer.fold_constants import fold_constants
 from rtgraph.compiler.optimizer.fold_layout import fold_layout
 from rtgraph.compiler.optimizer.fuse_elementwise import fuse_elementwise
@@ -93,3 +93,28 @@ def optimized_ir(program: Program, options: CompileOptions, after: str | None = 
         if name == after:
             break
     return result
+
+
+def as_checked(program: Program, options: CompileOptions) -> Program:
+    """``program`` as the passes that change its arithmetic by design leave it — the precision
+    pass (under ``--precision``, or with a precision pinned) and batchnorm folding — else
+    itself: what a run of ``program`` compiled under ``options`` is checked against, bit for
+    bit. Every other pass keeps each element's arithmetic (docs/optimizer.md)."""
+    if rewrites_precision(program, options):
+        return optimized_ir(program, options, after="choose_precision")
+    if folds(program, options):
+        return optimized_ir(program, options, after="fold_batchnorm")
+    return program
+
+
+def rewrites_precision(program: Program, options: CompileOptions) -> bool:
+    """Whether the precision pass changes ``program``'s dtypes under ``options``."""
+    keep = options.precision == "keep" and not any_pinned(program)
+    return not keep and "choose_precision" in chosen_passes(options)
+
+
+def folds(program: Program, options: CompileOptions) -> bool:
+    """Whether ``options`` fold a batchnorm of ``program`` into its conv or matmul (a program
+    that places its work on streams itself is compiled as written)."""
+    runs = "fold_batchnorm" in chosen_passes(options) and not program.has_explicit_streams
+    return runs and bool(fold_sites(program))

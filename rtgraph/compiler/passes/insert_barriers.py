@@ -524,7 +524,16 @@ def _host_tensors(graph: TaskGraph) -> list[HostTensor]:
         if t.kind == "input":
             out.append(HostTensor(t.name, "input", t.type.shape, t.type.dtype, pinned=t.pinned))
         elif t.kind == "param":
-            out.append(HostTensor(t.name, "param", t.type.shape, t.type.dtype, derive=t.derive))
+            out.append(
+                HostTensor(
+                    t.name,
+                    "param",
+                    t.type.shape,
+                    t.type.dtype,
+                    derive=t.derive,
+                    nonnegative=t.nonnegative,
+                )
+            )
         elif t.kind == "const":
             out.append(HostTensor(t.name, "const", t.type.shape, t.type.dtype, value=t.value))
     for name in program.outputs:
