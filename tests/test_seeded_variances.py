@@ -176,3 +176,13 @@ def test_a_folded_mark_that_is_not_a_boolean_is_refused_on_load():
     doc["meta"]["batchnorms_folded"] = "yes"
     with pytest.raises(StreamProgramError, match="batchnorms_folded"):
         StreamProgram.from_json(json.dumps(doc))
+
+
+def test_shapes_reports_the_error_against_the_program_as_checked(capsys):
+    """`--shapes` runs each size and reports the largest error against the reference of the
+    program as a run checks it (folded): 0 for a folded model, not the fold's own effect."""
+    model = str(MODELS / "resnet_bn.rtg")
+    assert main(["run", model, "--shapes", "N=1,2", "-D", "C=8", "-D", "HW=8"]) == 0
+    rows = capsys.readouterr().out.strip().splitlines()[-2:]
+    assert [row.split()[0] for row in rows] == ["1", "2"]
+    assert [float(row.split()[-1]) for row in rows] == [0.0, 0.0]

@@ -62,6 +62,19 @@ def compile_options(args: argparse.Namespace, **overrides: object) -> CompileOpt
         raise UsageError(f"{FLAGS[e.option]} {shown(value)}: {e.problem}", hint=e.hint) from None
 
 
+def check_options(args: argparse.Namespace, compiled: StreamProgram) -> CompileOptions:
+    """The options a run's check against the reference follows (:func:`rtgraph.as_checked`):
+    the command's, for a program it compiles; for a compiled .json, to which no option
+    applies, what its compile recorded (``meta.batchnorms_folded``)."""
+    if is_compiled(args):
+        return CompileOptions(passes=FOLD * bool(compiled.meta.get("batchnorms_folded")))
+    return compile_options(args)
+
+
+#: The passes a compiled program's check repeats when its compile folded its batchnorms.
+FOLD = ("fold_batchnorm",)
+
+
 def device_spec(args: argparse.Namespace, program, options: CompileOptions):
     """The device spec the command runs on: --device (else the program's), with the options'
     overrides (the host's batch size) applied."""

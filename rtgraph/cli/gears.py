@@ -16,7 +16,7 @@ import itertools
 import json
 
 from rtgraph import api
-from rtgraph.cli.arguments import compile_options, is_compiled, parse_defines
+from rtgraph.cli.arguments import check_options, compile_options, is_compiled, parse_defines
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.device.spec import DeviceSpec
 from rtgraph.errors import RtgError, UsageError
@@ -183,19 +183,27 @@ def _run_one(
         padded = None
         if plan is not None:
             padded = ", ".join(f"{plan.gear[n]}" for n in plan.values) + f" ({plan.wasted:.0%})"
-        error = None if program is None else _error(result, program, args.seed)
+        error = None
+        if program is not None:
+            checked = api.as_checked(
+                program, device=args.device, options=check_options(args, compiled)
+            )
+            error = _error(result, checked, args.seed)
         return [len(compiled.tasks), result.makespan_us, result.memory_peak_bytes, padded, error]
     options = compile_options(args)
     program = api.load(args.file, values, device=args.device)
     spec = options.for_device(api.device_for(args.device, program.device)).target
     compiled = api.compile(program, device=spec, options=options)
     result = api.run(compiled, device=spec, numerics=numerics, seed=args.seed)
-    error = _error(result, program, args.seed) if numerics else None
+    error = None
+    if numerics:
+        error = _error(result, api.as_checked(program, device=spec, options=options), args.seed)
     return [len(compiled.tasks), result.makespan_us, result.memory_peak_bytes, None, error]
 
 
 def _error(result, program: Program, seed: int) -> float:
-    """The largest relative error of ``result``'s outputs against the reference of ``program``."""
+    """The largest relative error of ``result``'s outputs against the reference of ``program``
+    (as the run is checked: :func:`rtgraph.as_checked`)."""
     report = api.compare(result.outputs, api.reference(program, seed=seed))
     return max((r["max_rel"] for r in report.values()), default=0.0)
 

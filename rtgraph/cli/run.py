@@ -12,7 +12,7 @@ from pathlib import Path
 from rtgraph import api
 from rtgraph.cli.arguments import (
     NO_REFERENCE,
-    compile_options,
+    check_options,
     compiled_program,
     is_compiled,
     npz_values,
@@ -23,7 +23,6 @@ from rtgraph.cli.cluster_run import cmd_run_cluster
 from rtgraph.cli.gears import run_shapes
 from rtgraph.cli.pages import is_sweep_folder, write_run_page, write_sweep_page
 from rtgraph.compiler.optimizer.pipeline import as_checked
-from rtgraph.compiler.options import CompileOptions
 from rtgraph.compiler.padding import PadPlan
 from rtgraph.errors import UsageError
 from rtgraph.frontend.onnx_import import OnnxProgram
@@ -44,10 +43,6 @@ FOLDED = (
     "(`rtgraph explain` holds each fold to the error bound the pass derives; -O0 keeps the "
     "batchnorms)",
 )
-
-
-#: The passes a compiled program's check repeats when it folded its batchnorms.
-FOLD = ("fold_batchnorm",)
 
 
 def padding_json(plan: PadPlan) -> dict:
@@ -100,9 +95,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     )
     report, precision, moved = {}, None, None
     if mode != "none":
-        options = compile_options(args)
-        if is_compiled(args):  # compiled already (no option applies): as its compile folded
-            options = CompileOptions(passes=FOLD * bool(compiled.meta.get("batchnorms_folded")))
+        options = check_options(args, compiled)
         targeted = options.for_device(spec)
         checked = as_checked(program, targeted)  # batchnorms folded, precisions chosen
         check = {"check": mode, "fill_missing": args.fill_missing, **supplied}
