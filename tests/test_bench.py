@@ -230,6 +230,34 @@ def test_progress_bar_draws_in_place_on_a_terminal_and_lines_elsewhere():
     assert auto.getvalue() == ""  # not a terminal
 
 
+def test_models_benchmarked_side_by_side_give_the_same_report(capsys, monkeypatch):
+    """``jobs``: the models run in worker processes, the report is the serial one, row for row
+    (every figure is the emulated clock; the models come in order)."""
+    import rtgraph.bench.run as run_module
+
+    pools, real = [], run_module.ProcessPoolExecutor
+    monkeypatch.setattr(
+        run_module, "ProcessPoolExecutor", lambda n, **kw: pools.append(n) or real(n, **kw)
+    )
+    models = [MODELS / "mlp.rtg", MODELS / "layer_stack.rtg", MODELS / "overlap.rtg"]
+    small = {"mlp": {"B": 16, "D": 32, "F": 64}}
+    serial = bench(models, params=small, progress=False, allocs=("pool",), jobs=1)
+    assert pools == []
+    plain = io.StringIO()
+    parallel = bench(models, params=small, stream=plain, allocs=("pool",), jobs=2)
+    assert pools == [2]  # two worker processes
+    assert parallel == serial and serial.models == ["mlp", "layer_stack", "overlap"]
+    lines = plain.getvalue().splitlines()
+    assert lines[-1] == "bench: [36/36] done" and len(lines) == 4
+    for jobs in (0, -1, 1.5, True):
+        with pytest.raises(UsageError, match="positive integer"):
+            bench(models, progress=False, jobs=jobs)
+    from rtgraph.cli import main as cli
+
+    assert cli(["bench", str(MODELS / "mlp.rtg"), "-q", "-j", "0"]) == 2
+    assert "positive integer" in capsys.readouterr().err
+
+
 def test_paths_expand_folders_and_reject_what_is_not_there(tmp_path):
     found = model_paths([MODELS])
     assert found == sorted(MODELS.glob("*.rtg"))
@@ -286,7 +314,7 @@ def test_readme_headline_is_what_bench_prints():
     """The README quotes `rtgraph bench models/`; regenerate the table when this fails."""
     from conftest import ROOT
 
-    report = bench([MODELS], progress=False)
+    report = bench([MODELS], progress=False, jobs=2)  # side by side: the same report
     table = report.headline().split("\n\n")[0]
     assert table in (ROOT / "README.md").read_text(), report.headline()
 

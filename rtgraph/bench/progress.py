@@ -24,7 +24,11 @@ class Progress:
 
     def step(self, label: str) -> None:
         """One more run is under way (redraws the bar on a terminal)."""
-        self.done += 1
+        self.advance(1, label)
+
+    def advance(self, steps: int, label: str) -> None:
+        """``steps`` more runs are done or under way (a whole model, from a worker process)."""
+        self.done += steps
         if self.tty:
             filled = self.WIDTH * self.done // self.total
             bar = "#" * filled + "." * (self.WIDTH - filled)

@@ -25,9 +25,12 @@ machine's.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
@@ -113,6 +116,7 @@ def bench(
     allocs: Sequence[str] = ALLOC_MODES,
     precisions: Sequence[str] = (),
     stream: TextIO | None = None,
+    jobs: int | None = None,
 ) -> BenchReport:
     """Benchmark every model in ``paths`` on ``device`` (see the module docstring).
 
@@ -123,48 +127,100 @@ def bench(
     on a terminal, one line per model otherwise), False is silent, None draws it only on a
     terminal. ``single`` is always run: it is the baseline of every speed-up. ``precisions``
     adds the precision table for those forms (:mod:`rtgraph.bench.precision`; f32 always runs,
-    the baseline of its speed-ups).
+    the baseline of its speed-ups). ``jobs``: how many processes benchmark models side by side
+    (None: one per CPU, at most one per model; 1: this process alone). The report is the same
+    for every ``jobs`` — each figure is the emulated clock, and the models come in order.
     """
     files = model_paths(paths)
     _check_choices(memories, allocs, precisions)
+    if jobs is not None and (isinstance(jobs, bool) or not isinstance(jobs, int) or jobs < 1):
+        raise UsageError(f"jobs {jobs!r} is not a positive integer", hint="--jobs 1 runs serially")
     order = [BASELINE, *(p for p in policies if p != BASELINE)]
     spec = api.device(device)
     params = params or {}
     out = stream if stream is not None else sys.stderr
     show = progress if progress is not None else out.isatty()
-    steps = len(memories) * len(order) + 2 + len(allocs) + bool(precisions)
-    bar = Progress(len(files) * steps, out, show)
-
-    report = BenchReport(device=spec.name, models=[], params={})
+    plan = _Plan(spec, tuple(memories), tuple(order), tuple(allocs), tuple(precisions))
+    bar = Progress(len(files) * plan.steps, out, show)
     every = _every_model(params.get("*", {}), files, spec)
-    for path in files:
-        chosen = {**every.get(path, {}), **params.get(path.stem, {})}
-        program = api.load(path, chosen, device=spec)
-        name = program.name
-        report.models.append(name)
-        report.params[name] = dict(program.params)
-        bar.model(name)
-        for memory in memories:
-            base: float | None = None
-            for policy in order:
-                bar.step(f"{name}: {policy} ({memory})")
-                compiled = api.compile(program, device=spec, streams=policy, memory=memory)
-                result = api.run(compiled, device=spec, numerics=False)
-                base = result.makespan_us if base is None else base
-                report.policies.append(policy_row(name, policy, memory, compiled, result, base))
-        bar.step(f"{name}: memory plans")
-        report.memory.append(_memory_row(name, program, spec))
-        report.allocation.append(_alloc_row(name, "static", program, spec))
-        for mode in allocs:
-            bar.step(f"{name}: alloc {mode}")
-            report.allocation.append(_alloc_row(name, mode, program, spec))
-        bar.step(f"{name}: -O0 vs -O2")
-        report.optimizer += [_opt_row(name, level, program, spec) for level in OPT_LEVELS]
-        if precisions:
-            bar.step(f"{name}: precision {', '.join(precisions)}")
-            report.precision += precision_rows(name, program, spec, precisions)
+    work = [(path, {**every.get(path, {}), **params.get(path.stem, {})}) for path in files]
+    workers = min(jobs or os.cpu_count() or 1, len(work))
+    report = BenchReport(device=spec.name, models=[], params={})
+    if workers <= 1:
+        parts: Iterable[BenchReport] = (_bench_model(p, c, plan, bar) for p, c in work)
+        for part in parts:
+            _merge(report, part)
+    else:  # a fresh server process forks the workers (safe beside threads); a model each
+        context = multiprocessing.get_context("forkserver")
+        with ProcessPoolExecutor(workers, mp_context=context) as pool:
+            futures = [pool.submit(_bench_model, p, c, plan, None) for p, c in work]
+            for future in futures:
+                part = future.result()
+                bar.model(part.models[0])
+                bar.advance(plan.steps, f"{part.models[0]}: done")
+                _merge(report, part)
     bar.finish()
     return report
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What every model is benchmarked under (one bench run's choices)."""
+
+    spec: DeviceSpec
+    memories: tuple[str, ...]
+    order: tuple[str, ...]  # the policies, the baseline first
+    allocs: tuple[str, ...]
+    precisions: tuple[str, ...]
+
+    @property
+    def steps(self) -> int:
+        """The progress bar's steps per model."""
+        return len(self.memories) * len(self.order) + 2 + len(self.allocs) + bool(self.precisions)
+
+
+def _bench_model(
+    path: Path, chosen: dict[str, int], plan: _Plan, bar: Progress | None
+) -> BenchReport:
+    """One model's rows (``bar``: the progress to step, None in a worker process)."""
+    spec = plan.spec
+    program = api.load(path, chosen, device=spec)
+    name = program.name
+    part = BenchReport(device=spec.name, models=[name], params={name: dict(program.params)})
+    step = bar.step if bar is not None else (lambda label: None)
+    if bar is not None:
+        bar.model(name)
+    for memory in plan.memories:
+        base: float | None = None
+        for policy in plan.order:
+            step(f"{name}: {policy} ({memory})")
+            compiled = api.compile(program, device=spec, streams=policy, memory=memory)
+            result = api.run(compiled, device=spec, numerics=False)
+            base = result.makespan_us if base is None else base
+            part.policies.append(policy_row(name, policy, memory, compiled, result, base))
+    step(f"{name}: memory plans")
+    part.memory.append(_memory_row(name, program, spec))
+    part.allocation.append(_alloc_row(name, "static", program, spec))
+    for mode in plan.allocs:
+        step(f"{name}: alloc {mode}")
+        part.allocation.append(_alloc_row(name, mode, program, spec))
+    step(f"{name}: -O0 vs -O2")
+    part.optimizer += [_opt_row(name, level, program, spec) for level in OPT_LEVELS]
+    if plan.precisions:
+        step(f"{name}: precision {', '.join(plan.precisions)}")
+        part.precision += precision_rows(name, program, spec, plan.precisions)
+    return part
+
+
+def _merge(report: BenchReport, part: BenchReport) -> None:
+    """Add one model's rows to ``report``."""
+    report.models += part.models
+    report.params.update(part.params)
+    report.policies += part.policies
+    report.memory += part.memory
+    report.allocation += part.allocation
+    report.optimizer += part.optimizer
+    report.precision += part.precision
 
 
 #: The optimization levels the bench compares.

@@ -228,6 +228,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         allocs=listed(args.alloc, headline.ALLOC_MODES),
         precisions=listed(args.precisions, ()),
         params=_bench_defines(args.define),
+        jobs=args.jobs,
     )
     text = json.dumps(report.to_json(), indent=1) if args.json else report.markdown()
     if args.figure:

@@ -283,6 +283,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", metavar="OUT.md", help="write the tables here")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     p.add_argument(
+        "-j",
+        "--jobs",
+        type=int,
+        metavar="N",
+        help="processes benchmarking models side by side (default: one per CPU; the figures "
+        "are the same for every N)",
+    )
+    p.add_argument(
         "-D",
         dest="define",
         action="append",
