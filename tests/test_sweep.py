@@ -9,11 +9,13 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 from conftest import ROOT
 from hypothesis import given
 from hypothesis import strategies as st
 
+import rtgraph
 from rtgraph.cli import main
 from rtgraph.errors import RtgError, UsageError
 from rtgraph.sweep import SweepError, read_sweep, run_sweep
@@ -289,6 +291,38 @@ def test_a_refused_point_records_its_error_instead_of_figures() -> None:
     result = evaluate_point(dataclasses.replace(task, text="program broken( {\n"))
     assert list(result) == ["error"] and "error:" in result["error"]
     assert evaluate_point(task)["makespan_us"] > 0
+
+
+def test_max_rel_error_is_over_each_outputs_scale_so_zeros_do_not_blow_it_up(
+    tmp_path: Path,
+) -> None:
+    """resnet_bn at -O2 folds its batchnorms (a few f16 roundings move) and ends in a ReLU, so
+    its output holds exact zeros the folded program may miss by a hair: element-wise, that is a
+    relative error near 1e29; over the output's largest magnitude, what the fold costs — the
+    precision report's measure (rtgraph.ir.accuracy), and the same as a direct computation."""
+    path = write(
+        tmp_path,
+        """[sweep]
+mode = "grid"
+numerics = true
+
+[axes]
+model = ["MODELS/resnet_bn.rtg"]
+opt_level = [0, 2]
+
+[axes.params]
+C = [8]
+HW = [8]
+""",
+    )
+    done = run_sweep(path, tmp_path / "out", workers=1)
+    errors = {int(r["opt_level"]): float(r["max_rel_error"]) for r in done.rows}
+    assert errors[0] == 0 < errors[2] < 2.0**-6
+    program = rtgraph.load(MODELS / "resnet_bn.rtg", C=8, HW=8)
+    got = rtgraph.run(rtgraph.compile(program)).outputs["y"].astype(np.float64)
+    want = rtgraph.reference(program)["y"].astype(np.float64)
+    assert errors[2] == np.abs(got - want).max() / np.abs(want).max()
+    assert rtgraph.compare({"y": got}, {"y": want})["y"]["max_rel"] > 100 * errors[2]
 
 
 def test_a_sweep_over_precision_prices_each_form_in_time_and_error(tmp_path: Path) -> None:

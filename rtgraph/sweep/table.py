@@ -30,7 +30,8 @@ FIGURES: dict[str, str] = {
     "hbm_bytes": "bytes the tasks read and write in device memory",
     "host_busy_us": "emulated host time spent submitting and allocating, µs",
     "compile_s": "compile time on this machine, s (the only wall-clock column)",
-    "max_rel_error": "largest relative error of an output against the reference (numerics)",
+    "max_rel_error": "largest error of an output against the reference, over the output's "
+    "largest magnitude (numerics)",
 }
 COLUMNS: dict[str, str] = {
     "point": "the point's stable key (a hash of its axis and parameter values)",
