@@ -30,8 +30,9 @@ from rtgraph.ir.data import check_seed
 from rtgraph.ir.interpreter import check_supplied
 from rtgraph.ir.reference import check_mode
 from rtgraph.reports.advisor import advise, format_advice
+from rtgraph.reports.folding import folds_moved
 from rtgraph.reports.memory_snapshot import write_run_snapshot
-from rtgraph.reports.precision import folds_moved, precision_json, run_lines, run_precision
+from rtgraph.reports.precision import precision_json, run_lines, run_precision
 from rtgraph.reports.trace import write_trace
 from rtgraph.stream_program.listing import compile_report
 

@@ -14,18 +14,13 @@ Two reports:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
 from rtgraph.compiler.optimizer.choose_precision import Decision, measured, uniform
-from rtgraph.compiler.optimizer.pipeline import (
-    chosen_passes,
-    folds,
-    optimized_ir,
-    rewrites_precision,
-)
+from rtgraph.compiler.optimizer.pipeline import chosen_passes, optimized_ir
 from rtgraph.compiler.optimizer.precision_rewrite import converted
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.compiler.pipeline import compile_program
@@ -34,7 +29,6 @@ from rtgraph.emulator import simulate
 from rtgraph.ir.accuracy import Accuracy, accuracy
 from rtgraph.ir.graph import Program
 from rtgraph.ir.interpreter import evaluate
-from rtgraph.ir.reference import Reference
 
 
 def accuracy_line(name: str, a: Accuracy) -> str:
@@ -78,31 +72,6 @@ def decision_lines(program: Program, options: CompileOptions) -> list[str]:
     lines.append("  outputs against the f32 program (worst calibration batch):")
     lines += [f"    {accuracy_line(name, a)}" for name, a in (d.outputs or {}).items()]
     return lines
-
-
-def folds_moved(
-    program: Program,
-    options: CompileOptions,
-    outputs: Mapping[str, np.ndarray],
-    reference: Callable[[Program], Reference],
-) -> dict[str, tuple[float, float]] | None:
-    """How far batchnorm folding moved each of a run's ``outputs`` from ``program`` as written
-    (its ``reference``: a function of a program): the largest difference over the checked
-    elements, and that as a share of the output's largest magnitude there (the run itself is
-    checked against :func:`~rtgraph.compiler.optimizer.pipeline.as_checked`). None when nothing
-    folded, or when the precision pass rewrote the program too: the precision report
-    (:func:`run_precision`) measures the two together then."""
-    if not folds(program, options) or rewrites_precision(program, options):
-        return None
-    unfolded = reference(program)
-    moved = {}
-    for name in unfolded:
-        got = unfolded.elements(name, outputs[name]).astype(np.float64)
-        want = unfolded.elements(name, unfolded[name]).astype(np.float64)
-        diff = float(np.max(np.abs(got - want), initial=0.0))
-        top = float(np.max(np.abs(want), initial=0.0))
-        moved[name] = (diff, diff / top if top else 0.0)
-    return moved
 
 
 def _before(program: Program, options: CompileOptions) -> Program:
