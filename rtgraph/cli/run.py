@@ -109,8 +109,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     _write_reports(args, result, compiled, spec)
     html = getattr(args, "html", None)
     if html:
-        checked = report if mode != "none" else None
-        write_run_page(args, html, (program, compiled, spec), result, checked)
+        write_run_page(
+            args, html, (program, compiled, spec), result, report if mode != "none" else None
+        )
     if getattr(args, "command", None) == "report":
         makespan = f"makespan {result.makespan_us:,.3f} µs"
         print(f"wrote {html}: {result.program} on {result.device}, {makespan}")
