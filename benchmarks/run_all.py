@@ -175,8 +175,9 @@ SCRIPTS: tuple[tuple[str, list[str], list[str], str], ...] = (
         "dynamic_shapes",
         ["benchmarks/dynamic_shapes.py"],
         ["benchmarks/dynamic_shapes.py"],
-        "one compile for several sizes (gears; a batch range run padded) against a static "
-        "compile per size: CPU time, makespans, padding's share (issue 18)",
+        "one compile for several sizes (a sequence range, gears, a batch range; runs between "
+        "gears padded) against a static compile per size: CPU time, makespans, padding's share "
+        "(issue 18)",
     ),
     (
         "sweep",

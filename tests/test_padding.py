@@ -9,6 +9,7 @@ import functools
 import json
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -24,6 +25,7 @@ from rtgraph.frontend.gears import range_gears
 from rtgraph.ir.reference import program_flops
 from rtgraph.ops.cube import ROW_BLOCK, matmul_block, row_block
 from rtgraph.stream_program.gears import geared_from_dict
+from rtgraph.stream_program.listing import format_listing
 
 MLP = """\
 program mlp(B: dyn 1..16 = 3, D = 64) {
@@ -145,6 +147,14 @@ def test_padded_runs_are_bit_equal_and_race_free_under_every_stream_policy(strea
     assert plan.gear == {"B": 4} and not result.races
     for name, value in expected.items():
         np.testing.assert_array_equal(result.outputs[name], value)
+    # the sequence length too: kernels told the real key count, at every optimization level
+    for level in (0, 1, 2):
+        options = CompileOptions(streams=streams, opt_level=level)
+        attention = api.compile_gears(api.parse(_attention(), "a.rtg"), options=options)
+        result, expected, plan = _run_padded(attention, {"S": 45}, seed=level)
+        assert plan.gear == {"S": 64} and not result.races
+        for name, value in expected.items():
+            np.testing.assert_array_equal(result.outputs[name], value)
 
 
 def test_a_reshape_that_keeps_the_batch_outermost_pads_and_one_that_moves_it_is_refused():
@@ -208,20 +218,17 @@ def test_a_timing_only_padded_run_is_the_gears_timeline():
 
 
 REFUSED = [
-    # a softmax over the padded axis: the padding would enter every real element's sum
+    # a softmax over an axis of 2·S: a run could tell its kernel S, not where the real part ends
     (
-        "program p(S: dyn 2..8 = 4) { input x: f32[4, S]\n output y = softmax(x, axis = -1) }",
-        "softmax (line 2) does not compute its result's elements along axis 1 independently",
+        "program p(S: dyn 2..8 = 4) { input x: f32[4, 2 * S]\n output y = softmax(x, axis = -1) }",
+        "softmax (line 2) computes along axis 1 of operand 0, whose extent S sets (16 at the "
+        "gear, 4 at the run) but is not the value of a dynamic parameter",
     ),
-    # a matmul's inner dimension
+    # a layernorm along the padded axis: its kernel takes no run-time extent
     (
-        "program p(S: dyn 2..8 = 4) { input a: f32[4, S]\n input b: f32[S, 4]\n output y = a @ b }",
-        "matmul (line 3) reduces or mixes along axis 1",
-    ),
-    # a matmul's columns: BLAS blocks them by the call's width
-    (
-        "program p(S: dyn 2..8 = 4) { input a: f32[4, 4]\n input b: f32[4, S]\n output y = a @ b }",
-        "matmul (line 3) does not compute its result's elements along axis 1 independently",
+        "program p(S: dyn 2..8 = 4) { input x: f32[4, S]\n param g: f32[S]\n param b: f32[S]\n"
+        " output y = layernorm(x, g, b, axis = -1, eps = 1e-5) }",
+        "layernorm (line 4) does not compute its result's elements along axis 1 independently",
     ),
     # a concatenation along the padded axis: the second part starts after the padding
     (
@@ -245,24 +252,68 @@ def test_a_range_padding_would_corrupt_is_refused_at_the_op_that_forbids_it(text
     assert info.value.span is not None and "as gears instead" in info.value.hint
 
 
-def test_the_naive_attentions_sequence_length_cannot_be_padded(tmp_path: Path):
+#: Padded along the axis a softmax normalises, a matmul's columns and its inner dimension:
+#: each kernel is told the real extent at run time (rtgraph.ops.extents).
+EXTENTS = [
+    "input x: f32[4, S]\n output y = softmax(x, axis = -1)",
+    "input a: f16[4, S]\n input b: f16[S, 4]\n output y = a @ b",
+    "input a: f16[4, 4]\n input b: f16[4, S]\n output y = a @ b",
+]
+
+
+@pytest.mark.parametrize("body", EXTENTS)
+def test_a_kernel_told_the_real_extent_pads_along_a_reduced_axis(body):
+    geared = api.compile_gears(api.parse(f"program p(S: dyn 2..8 = 4) {{ {body} }}", "r.rtg"))
+    for s in range(2, 9):
+        result, expected, _ = _run_padded(geared, {"S": s}, seed=s)
+        assert result.outputs["y"].shape == expected["y"].shape
+        np.testing.assert_array_equal(result.outputs["y"], expected["y"])
+
+
+def _attention() -> str:
+    """models/attention_naive.rtg with its sequence length a range, at a test's width."""
     text = Path("models/attention_naive.rtg").read_text()
-    text = text.replace(
-        "program attention_naive(S = 1024", "program attention_naive(S: dyn 128..4096 = 1024"
+    return text.replace(
+        "program attention_naive(S = 1024, D = 768, H = 12)",
+        "program attention_naive(S: dyn 16..128 = 100, D = 64, H = 4)",
     )
-    with pytest.raises(CheckError) as info:
-        api.compile_gears(api.parse(text, "attention_naive.rtg"))
-    assert info.value.span.line == 30  # the scores: q @ kᵀ, then softmax over the keys
-    with pytest.raises(CheckError) as checked:  # what `rtgraph check` asks, without compiling
-        api.check_ranges(api.parse(text, "attention_naive.rtg"))
-    assert checked.value.message == info.value.message
+
+
+def test_the_naive_attentions_sequence_length_pads_bit_for_bit(tmp_path: Path):
+    """Issue 18's example: the scores' columns, the softmax over the keys and the sum over them
+    in p @ v each compute on the real keys alone, so a run at any length equals the reference
+    at that length; the same gear run with its kernels not told (computing on the padded keys
+    as well) does not."""
+    program = api.parse(_attention(), "attention_naive.rtg")
+    api.check_ranges(program)
+    geared = api.compile_gears(program)
+    gear = geared.select({"S": 128})
+    marked = {
+        f"{t.op}:{k}"
+        for t in gear.tasks
+        for attrs in [t.attrs, *(dict(step[2]) for step in t.attrs.get("body", ()))]
+        for k, v in attrs.items()
+        if k.endswith("_of") and v == "S"
+    }
+    assert marked >= {"matmul:cols_of", "matmul:inner_of"}
+    assert any(m.endswith("length_of") for m in marked)  # the softmax, fused or not
+    assert "[cols=S]" in format_listing(gear) and "[inner=S]" in format_listing(gear)
+    for s in (16, 77, 100, 128):
+        result, expected, plan = _run_padded(geared, {"S": s}, seed=s)
+        for name, value in expected.items():
+            np.testing.assert_array_equal(result.outputs[name], value)
+        assert (plan is None) == (s in (16, 128))
+    compiled, plan = api.choose_gear(geared, {"S": 77})
+    untold = replace(plan, values=dict(plan.gear))  # the kernels told the gear's whole axes
+    untold_run = api.run(compiled, seed=77, padding=untold)
+    expected = api.reference(api.bind_gear(geared, {"S": 77}), seed=77)
+    assert not np.array_equal(untold_run.outputs["y0"], expected["y0"])
     src = tmp_path / "a.rtg"
-    src.write_text(text)
+    src.write_text(_attention())
     cli = subprocess.run(
         [sys.executable, "-m", "rtgraph", "check", str(src)], capture_output=True, text=True
     )
-    assert cli.returncode == 1 and f"{src}:30:17: error: matmul (line 30)" in cli.stderr
-    api.check_ranges(api.parse(MLP, "r.rtg"))  # a sound range: nothing to say
+    assert cli.returncode == 0, cli.stderr
 
 
 def test_a_gear_set_is_not_padded_and_select_names_the_padding_choose_does():
@@ -461,7 +512,8 @@ def test_shapes_takes_a_range_of_values_and_counts_the_runs_before_listing_them(
 @st.composite
 def _mixed(draw):
     """A random program over x[B, 8] whose ops may run along B or across it: transposes,
-    matmuls from either side, softmaxes, norms and reductions along either axis."""
+    matmuls from either side or summing over B, softmaxes, norms and reductions along either
+    axis."""
     lines, params, value, shape = [], [], "x", ["B", "8"]
     for i in range(draw(st.integers(1, 5))):
         kind = draw(
@@ -470,6 +522,7 @@ def _mixed(draw):
                     "unary",
                     "right",
                     "left",
+                    "inner",
                     "softmax",
                     "norm",
                     "reduce",
@@ -489,6 +542,10 @@ def _mixed(draw):
         elif kind == "left" and shape[0] == "8":  # [8, 8] @ [8, ·]
             params.append(f"param w{i} : f16[8, 8]")
             lines.append(f"{name} = w{i} @ {value}")
+        elif kind == "inner" and shape[1] == "B":  # [·, B] @ [B, 8]: a sum over the batch
+            params.append(f"param v{i} : f16[B, 8]")
+            lines.append(f"{name} = {value} @ v{i}")
+            shape[1] = "8"
         elif kind == "softmax":
             lines.append(f"{name} = softmax({value}, axis = {axis})")
         elif kind == "norm":
@@ -503,7 +560,7 @@ def _mixed(draw):
         elif kind == "reshape" and shape == ["8", "B"]:  # reinterprets: the batch moves in
             lines.append(f"{name} = reshape({value}, [B, 8])")
             shape = ["B", "8"]
-        elif kind == "slice" and shape[axis] not in ("1", "B"):  # a static axis: 8 → 7
+        elif kind == "slice" and shape[axis] == "8":  # a static axis: 8 → 7
             lines.append(f"{name} = slice({value}, start = 1, axis = {axis})")
             shape[axis] = "7"
         elif kind == "slice" and shape[axis] == "B":  # the padded axis itself: refused
@@ -564,3 +621,123 @@ def test_a_tampered_geared_file_is_refused_or_runs_never_a_traceback(key, junk, 
 @functools.cache
 def _geared_mlp():
     return _geared()
+
+
+#: Bundled models with a range where their batch or sequence length is, at a test's sizes: the
+#: model, its program line's parameters as shipped, the same with the range, and a value between
+#: gears to run at.
+MODEL_RANGES = [
+    (
+        "mlp",
+        "B = 256, D = 512, F = 1024, L = 2, C = 16",
+        "B: dyn 2..8 = 8, D = 32, F = 64, L = 2, C = 16",
+        5,
+    ),
+    (
+        "layer_stack",
+        "B = 256, D = 256, F = 1024, L = 4",
+        "B: dyn 2..8 = 8, D = 32, F = 64, L = 2",
+        5,
+    ),
+    ("mlp_train", "B = 256, D = 256, H = 512", "B: dyn 2..8 = 8, D = 32, H = 64", 5),
+    (
+        "transformer_stack",
+        "B = 4, S = 64, D = 256, H = 4, F = 1024, L = 4",
+        "B: dyn 1..4 = 4, S = 8, D = 32, H = 2, F = 64, L = 2",
+        3,
+    ),
+    (
+        "resnet_bottleneck",
+        "N = 2, C = 512, M = 128, HW = 28",
+        "N: dyn 1..4 = 4, C = 32, M = 8, HW = 8",
+        3,
+    ),
+    (
+        "unet_block",
+        "N = 2, C = 640, HW = 16, T = 1280, groups = 32, heads = 8",
+        "N: dyn 1..4 = 4, C = 32, HW = 4, T = 16, groups = 4, heads = 2",
+        3,
+    ),
+    (
+        "transformer_naive",
+        "S = 1024, D = 768, H = 12, F = 3072",
+        "S: dyn 8..32 = 32, D = 32, H = 2, F = 64",
+        21,
+    ),
+    (
+        "bert_encoder",
+        "S = 512, D = 768, H = 12, F = 3072",
+        "S: dyn 8..32 = 32, D = 32, H = 2, F = 64",
+        21,
+    ),
+    (
+        "llm_prefill",
+        "B = 1, S = 128, T = 0, L = 4, D = 768, H = 12, F = 2048, V = 8192",
+        "B: dyn 1..4 = 4, S = 8, T = 0, L = 2, D = 32, H = 2, F = 64, V = 64",
+        3,
+    ),
+]
+
+
+def _ranged(model: str, shipped: str, ranged: str) -> str:
+    text = Path(f"models/{model}.rtg").read_text()
+    head = f"program {model}({shipped})"
+    assert head in text, head
+    return text.replace(head, f"program {model}({ranged})")
+
+
+@pytest.mark.parametrize(("model", "shipped", "ranged", "value"), MODEL_RANGES)
+def test_bundled_models_with_a_batch_or_sequence_range_pad_bit_for_bit(
+    model, shipped, ranged, value
+):
+    """What docs/dynamic-shapes.md lists: each model compiles with the range and a run between
+    two gears equals the reference at its own size."""
+    geared = api.compile_gears(api.parse(_ranged(model, shipped, ranged), f"{model}.rtg"))
+    name = ranged.split(":")[0].split(", ")[-1]
+    result, expected, plan = _run_padded(geared, {name: value}, seed=value)
+    assert plan is not None and plan.values == {name: value}
+    for out, array in expected.items():
+        np.testing.assert_array_equal(result.outputs[out], array)
+
+
+@pytest.mark.parametrize(
+    ("model", "shipped"),
+    [
+        ("attention", "S = 1024, D = 768, H = 12"),
+        ("transformer_block", "S = 1024, D = 768, H = 12, F = 3072"),
+    ],
+)
+def test_hand_pipelined_models_fold_heads_into_the_sequence_and_are_refused(model, shipped):
+    ranged = shipped.replace("S = 1024", "S: dyn 128..1024 = 1024")
+    with pytest.raises(CheckError, match=r"reshape \(line \d+\) does not compute") as info:
+        api.check_ranges(api.parse(_ranged(model, shipped, ranged), f"{model}.rtg"))
+    assert "as gears instead" in info.value.hint
+
+
+TWO_RANGES = """\
+program p(S: dyn 2..8 = 8, T: dyn 2..8 = 8) {
+    input q : f16[S, 4]
+    input k : f16[4, T]
+    output y = softmax(q @ k, axis = -1)
+}
+"""
+
+
+def test_two_ranges_with_the_same_ends_tell_each_kernel_its_own_extent():
+    """The keys are T's, the queries S's: bound at the same ends the two cannot be told apart
+    by their extents, so each range's axes are found against its own lower end."""
+    geared = api.compile_gears(api.parse(TWO_RANGES, "t.rtg"))
+    top = geared.select({"S": 8, "T": 8})
+    marks = {(t.op, k, v) for t in top.tasks for k, v in t.attrs.items() if k.endswith("_of")}
+    marks |= {
+        (step[0], k, v)
+        for t in top.tasks
+        for step in t.attrs.get("body", ())
+        for k, v in dict(step[2]).items()
+        if k.endswith("_of")
+    }
+    assert marks == {("matmul", "cols_of", "T"), ("softmax", "length_of", "T")}
+    for s, t in [(5, 3), (3, 5), (7, 7), (2, 8), (8, 5)]:
+        result, expected, _ = _run_padded(geared, {"S": s, "T": t}, seed=10 * s + t)
+        assert result.outputs["y"].shape == (s, t)
+        np.testing.assert_array_equal(result.outputs["y"], expected["y"])

@@ -13,10 +13,15 @@ and at the gear's: the two must have the same ops; an axis is *padded* where the
 differ; each op's padded axes must be exactly the ones
 :func:`~rtgraph.compiler.optimizer.split_axes.operand_axes` can compute in independent parts,
 carried to the same padded axes of its operands — the rule the tiling pass splits by, so a
-padded run computes its real elements as a tile of the gear's would. What the padding holds
-never reaches a real element, so it may be anything: inputs — and params whose shape the
-parameter sets (a KV cache per sequence) — are zero-padded, a const fills the gear's shape;
-only a placed buffer and a derived param may not depend on the parameter.
+padded run computes its real elements as a tile of the gear's would. Three computations that
+do reduce or mix along a padded axis are kept all the same, by kernels told its real extent at
+run time (:mod:`rtgraph.ops.extents`): a softmax along it, a matmul's columns and its inner
+dimension. The plan lists those ops (:attr:`PadPlan.extents`); :func:`with_extents` marks them
+in the gear's program before it is compiled, and :meth:`PadPlan.bind` sets the run's values
+on the compiled tasks. What the padding holds never reaches a real element, so it may be
+anything: inputs — and params whose shape the parameter sets (a KV cache per sequence) — are
+zero-padded, a const fills the gear's shape; only a placed buffer and a derived param may not
+depend on the parameter.
 
 The cost is shown, not hidden: the plan holds the flops of the program at the real values and
 at the gear's, so a run reports the share of its work that was padding.
@@ -25,7 +30,8 @@ at the gear's, so a run reports the share of its work that was padding.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
+from typing import Any
 
 import numpy as np
 
@@ -34,6 +40,8 @@ from rtgraph.dtypes import TensorType
 from rtgraph.errors import CheckError, Span
 from rtgraph.ir.graph import HostCopyNode, OpNode, Program
 from rtgraph.ir.reference import program_flops
+from rtgraph.ops import extents
+from rtgraph.stream_program.program import StreamProgram
 
 
 @dataclass(frozen=True)
@@ -51,6 +59,10 @@ class PadPlan:
     #: the program's flops at the real values and at the gear's
     flops: int
     padded_flops: int
+    #: the ops that compute on the real part of an axis alone (:mod:`rtgraph.ops.extents`):
+    #: each one's index in the program's nodes and the attributes that mark it
+    #: (``{"length_of": "S"}``) — what the gear's compiled program carries
+    extents: dict[int, dict[str, str]] = field(default_factory=dict)
 
     @property
     def wasted(self) -> float:
@@ -77,6 +89,16 @@ class PadPlan:
             for name, value in outputs.items()
         }
 
+    def bind(self, program: StreamProgram) -> StreamProgram:
+        """``program`` (the gear's, compiled) with each marked task's run-time extents set to
+        the run's values (:func:`rtgraph.ops.extents.bind`), inside fused bodies too."""
+        tasks, changed = list(program.tasks), False
+        for k, task in enumerate(tasks):
+            attrs = _bound(task.op, task.attrs, self.values)
+            if attrs is not None:
+                tasks[k], changed = replace(task, attrs=attrs), True
+        return replace(program, tasks=tuple(tasks)) if changed else program
+
     def describe(self) -> str:
         """One line for a run's report."""
         moved = ", ".join(f"{n} {v} → {self.gear[n]}" for n, v in self.values.items())
@@ -84,6 +106,34 @@ class PadPlan:
             f"padded to the gear above: {moved}; {self.padded_flops:,} flops run, "
             f"{self.padded_flops - self.flops:,} ({self.wasted:.1%}) of them on padding"
         )
+
+
+def _bound(op: str, attrs: Mapping[str, Any], values: Mapping[str, int]) -> dict | None:
+    """A task's (or a fused step's) attributes with their extents bound, or None if none is
+    marked."""
+    if op != "fused":
+        return extents.bind(attrs, values)
+    body, changed = [], False
+    for name, args, step_attrs, dtype, shape in attrs["body"]:
+        bound = extents.bind(dict(step_attrs), values)
+        if bound is not None:
+            step_attrs, changed = tuple(bound.items()), True
+        body.append((name, args, step_attrs, dtype, shape))
+    return {**attrs, "body": tuple(body)} if changed else None
+
+
+def with_extents(program: Program, plan: PadPlan) -> Program:
+    """``program`` (bound at ``plan``'s gear) with the ops the plan found computing on the
+    real part of an axis marked so (``length_of = "S"``, :mod:`rtgraph.ops.extents`): what a
+    gear is compiled from, so that a padded run can bind the extents."""
+    if not plan.extents:
+        return program
+    nodes = list(program.nodes)
+    for k, marks in plan.extents.items():
+        node = nodes[k]
+        assert isinstance(node, OpNode)
+        nodes[k] = replace(node, attrs={**node.attrs, **marks})
+    return replace(program, nodes=nodes)
 
 
 #: Ops that compute each sample — axis 0 of their first operand and of their result — by
@@ -104,12 +154,15 @@ def _split(node: OpNode, axis: int, types: Sequence[TensorType], out: TensorType
     return operand_axes(node, axis, types, out)
 
 
-def _refuse(message: str, span: Span | None, names: str) -> CheckError:
+def _refuse(message: str, span: Span | None, names: str, hint: str | None = None) -> CheckError:
+    gears = f"list the sizes you run as gears instead ({names.split(',')[0]}: dyn {{…}})"
     return CheckError(
         message,
         span,
-        hint=f"padding {names} is sound only along axes no op reduces or mixes; list the "
-        f"sizes you run as gears instead ({names.split(',')[0]}: dyn {{…}})",
+        hint=f"{hint}, or {gears}"
+        if hint
+        else f"padding {names} is sound only along axes no op reduces or mixes (a softmax "
+        f"and a matmul may: a run tells them the real extent); {gears}",
     )
 
 
@@ -155,14 +208,18 @@ def pad_plan(
             )
         if axes:
             dyn[name] = axes
-    for r_node, node in zip(real.nodes, padded.nodes, strict=True):
+    marked: dict[int, dict[str, str]] = {}
+    moved = {n: (gear[n], v) for n, v in values.items() if gear.get(n, v) != v}
+    for k, (r_node, node) in enumerate(zip(real.nodes, padded.nodes, strict=True)):
         if type(r_node) is not type(node):
             raise _refuse(f"the program's statements depend on {names}", node.span, names)
         if isinstance(node, HostCopyNode) and r_node != node:
             raise _refuse(f"a host copy{_where(node.span)} changes with {names}", node.span, names)
         if isinstance(node, OpNode):
             assert isinstance(r_node, OpNode)
-            _check_op(real, padded, r_node, node, dyn, names)
+            marks = _check_op(real, padded, r_node, node, dyn, names, moved)
+            if marks:
+                marked[k] = marks
     return PadPlan(
         values=dict(values),
         gear=dict(gear),
@@ -171,6 +228,7 @@ def pad_plan(
         outputs={name: real.tensors[name].type.shape for name in padded.outputs},
         flops=program_flops(real),
         padded_flops=program_flops(padded),
+        extents=marked,
     )
 
 
@@ -201,9 +259,12 @@ def _check_op(
     node: OpNode,
     dyn: Mapping[str, tuple[int, ...]],
     names: str,
-) -> None:
+    moved: Mapping[str, tuple[int, int]],
+) -> dict[str, str]:
     """``node``'s padded result axes are computed from the same indices of its operands'
-    padded axes, and every padded operand axis is carried (nothing reduces over padding)."""
+    padded axes, and every padded operand axis is carried (nothing reduces over padding) —
+    or computed on alone, by a kernel told the real extent at run time (:func:`_extents`).
+    Returns the attributes that mark the op so (empty when it needs none)."""
     if r_node.op != node.op or r_node.inputs != node.inputs or r_node.output != node.output:
         raise _refuse(f"the program's ops depend on {names}", node.span, names)
     what = f"{node.op}{_where(node.span)}"
@@ -232,8 +293,14 @@ def _check_op(
         return True
 
     if _leading_reshape(node, dyn, types, r_types, out, r_out):
-        return
+        return {}
+    marks, cut = _extents(node, dyn, types, r_types, moved, names)
+    for j, a in cut:
+        if j >= 0:
+            carried[j].add(a)
     for axis in dyn.get(node.output, ()):
+        if (-1, axis) in cut:
+            continue  # zeros past the real extent, written by the kernel
         split = _split(node, axis, types, out)
         if split is None or not _alike(split, _split(r_node, axis, r_types, r_out), axis):
             raise _refuse(
@@ -256,3 +323,47 @@ def _check_op(
                 node.span,
                 names,
             )
+    return marks
+
+
+def _extents(
+    node: OpNode,
+    dyn: Mapping[str, tuple[int, ...]],
+    types: Sequence[TensorType],
+    r_types: Sequence[TensorType],
+    moved: Mapping[str, tuple[int, int]],
+    names: str,
+) -> tuple[dict[str, str], set[tuple[int, int]]]:
+    """The run-time extents (:mod:`rtgraph.ops.extents`) ``node`` needs: where its kernel may
+    compute on the real part of a padded axis alone — a softmax along it, a matmul's columns or
+    inner dimension — each cut axis's extent must be one dynamic parameter's value at the gear
+    and at the run, so the run can tell the kernel. Returns the marks, and the (operand,
+    axis) pairs cut — operand -1 for the result axis the kernel zero-fills."""
+    marks: dict[str, str] = {}
+    cut: set[tuple[int, int]] = set()
+    if node.op == "matmul" and min(t.rank for t in types) < 2:
+        return marks, cut
+    for name in extents.EXTENTS.get(node.op, ()):
+        axes, out_axis = extents.axes_of(node.op, name, types, node.attrs)
+        pairs = [(j, a) for j, a in enumerate(axes) if a is not None]
+        if not any(a in dyn.get(node.inputs[j], ()) for j, a in pairs):
+            continue
+        spans = {(types[j].shape[a], r_types[j].shape[a]) for j, a in pairs}
+        params = [p for p, pair in moved.items() if {pair} == spans]
+        if not params:
+            j, a = pairs[0]
+            gear_extent, real_extent = types[j].shape[a], r_types[j].shape[a]
+            raise _refuse(
+                f"{node.op}{_where(node.span)} computes along axis {a} of operand {j}, whose "
+                f"extent {names} sets ({gear_extent} at the gear, {real_extent} at the run) "
+                "but is not the value of a dynamic parameter: a run could not tell its kernel "
+                "where the real part ends",
+                node.span,
+                names,
+                hint="size the axis by the dynamic parameter itself",
+            )
+        marks[f"{name}_of"] = params[0]
+        cut.update(pairs)
+        if out_axis is not None:
+            cut.add((-1, out_axis))
+    return marks, cut

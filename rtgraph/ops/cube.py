@@ -14,6 +14,8 @@ from __future__ import annotations
 import numpy as np
 
 from rtgraph.dtypes import TensorType
+from rtgraph.ops.extents import check as check_extents
+from rtgraph.ops.extents import cut, extent, zero_past
 from rtgraph.ops.registry import AttrSpec, Cost, OpDef, OpError
 from rtgraph.ops.rules import (
     Arrays,
@@ -103,7 +105,9 @@ def _matmul_infer(types: Types, attrs: Attrs) -> TensorType:
         ) from None
     rows = a.shape[-2:-1] if a.rank >= 2 else ()
     cols = b.shape[-1:] if b.rank >= 2 else ()
-    return TensorType((*batch, *rows, *cols), result_dtype(dtype))
+    out = TensorType((*batch, *rows, *cols), result_dtype(dtype))
+    check_extents("matmul", types, attrs)
+    return out
 
 
 def _matmul_cost(types: Types, out: TensorType, attrs: Attrs) -> Cost:
@@ -160,14 +164,28 @@ def matmul_block(
     return out[..., :have, :] if b.ndim >= 2 else out[..., :have]
 
 
+def _cut(arrays: Arrays, attrs: Attrs) -> tuple[np.ndarray, np.ndarray, int]:
+    """The operands cut to the run-time extents a padded run binds (:mod:`.extents`: the first
+    ``inner`` steps of the inner dimension, the first ``cols`` columns), and the result's full
+    column count (0 for a rank-1 operand, which takes none)."""
+    a, b = arrays
+    if a.ndim < 2 or b.ndim < 2:
+        return a, b, 0
+    inner = extent(attrs, "inner", a.shape[-1])
+    cols = extent(attrs, "cols", b.shape[-1])
+    return cut(a, -1, inner), cut(cut(b, -2, inner), -1, cols), b.shape[-1]
+
+
 def _matmul_kernel(arrays: Arrays, attrs: Attrs) -> np.ndarray:
-    a, b = matmul_operand(arrays[0]), matmul_operand(arrays[1])
+    first, second, full = _cut(arrays, attrs)
+    a, b = matmul_operand(first), matmul_operand(second)
     blocks = row_blocks(a)
     if blocks is None:
         out = matmul_block(a, b, None)
     else:
         out = np.concatenate([matmul_block(a, b, i) for i in blocks], axis=-2)
-    return exact_integers(out, arrays[0])
+    out = exact_integers(out, arrays[0])
+    return zero_past(out, -1, full) if full else out
 
 
 def exact_integers(out: np.ndarray, operand: np.ndarray) -> np.ndarray:
@@ -178,7 +196,11 @@ def exact_integers(out: np.ndarray, operand: np.ndarray) -> np.ndarray:
 
 def _matmul_into(arrays: Arrays, attrs: Attrs, out: np.ndarray) -> None:
     """The kernel, each block rounded straight into its rows of ``out``."""
-    a, b = matmul_operand(arrays[0]), matmul_operand(arrays[1])
+    first, second, full = _cut(arrays, attrs)
+    a, b = matmul_operand(first), matmul_operand(second)
+    if full and b.shape[-1] < full:
+        out[..., b.shape[-1] :] = 0
+        out = out[..., : b.shape[-1]]
     blocks = row_blocks(a)
     if blocks is None:
         np.copyto(out, matmul_block(a, b, None), casting="unsafe")

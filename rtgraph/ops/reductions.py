@@ -14,6 +14,8 @@ import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
 from rtgraph.dtypes import TensorType
+from rtgraph.ops.extents import check as check_extents
+from rtgraph.ops.extents import cut, extent, zero_past
 from rtgraph.ops.registry import REQUIRED, AttrSpec, Cost, OpDef, OpError
 from rtgraph.ops.rules import (
     Arrays,
@@ -38,14 +40,19 @@ from rtgraph.ops.rules import (
 def _softmax_infer(types: Types, attrs: Attrs) -> TensorType:
     need_float("softmax", types[0], 0)
     axis("softmax", attrs["axis"], types[0].rank)
+    check_extents("softmax", types, attrs)
     return types[0]
 
 
 def _softmax_kernel(arrays: Arrays, attrs: Attrs) -> np.ndarray:
+    """Along the axis — or its first ``length`` elements, when a padded run binds that
+    (:mod:`.extents`), the rest 0."""
     x, ax = wide(arrays[0]), attrs["axis"]
+    full = x.shape[ax]
+    x = cut(x, ax, extent(attrs, "length", full))
     e = np.subtract(x, np.max(x, axis=ax, keepdims=True))  # one array, then in place
     np.exp(e, out=e)
-    return np.divide(e, np.sum(e, axis=ax, keepdims=True), out=e)
+    return zero_past(np.divide(e, np.sum(e, axis=ax, keepdims=True), out=e), ax, full)
 
 
 SOFTMAX = OpDef(

@@ -8,6 +8,7 @@ and the compiler's counts.
 
 from __future__ import annotations
 
+from rtgraph.ops import extents
 from rtgraph.stream_program.program import (
     Barrier,
     Callback,
@@ -69,7 +70,8 @@ def format_listing(program: StreamProgram) -> str:
                 t = program.tasks[c.task]
                 lines.append(
                     f"  t{t.id:<4} {t.op:<12} {t.name:<14} {t.unit:<6} x{t.block_dim:<3}"
-                    f" r={_bytes(t.reads)} w={_bytes(t.writes)}{_source(t)}"
+                    f" r={_bytes(t.reads)} w={_bytes(t.writes)}"
+                    f"{extents.describe(t.op, t.attrs)}{_source(t)}"
                 )
             elif isinstance(c, Record):
                 lines.append(f"  record {label[id(c)]}")

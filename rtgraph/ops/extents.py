@@ -1,0 +1,130 @@
+"""Run-time extents: the leading part of an axis a padded run's kernel computes on.
+
+A program compiled for the gear above a run's size runs on zero-padded inputs
+(:mod:`rtgraph.compiler.padding`). Most ops compute each element along a padded axis on its
+own, so the padding never reaches a real element. Two do not: a ``softmax`` normalises along
+its axis, and a ``matmul`` sums along its inner dimension (and BLAS blocks its columns by the
+call's width, so a real column's bits depend on how many columns share the call). A
+dynamic-shape kernel, as Ascend's take their tiling data at launch, is told how much of such an
+axis is real and computes on that part alone — the same arithmetic, in calls of the same shape,
+as the program at the real size, so the run stays bit for bit.
+
+The compiler marks such an op with ``<extent>_of = "S"`` (an attribute a program cannot write:
+the dynamic parameter whose value is the extent); a padded run binds it, setting
+``<extent> = S`` on each marked task (:func:`bind`). Unbound (0, the default) the kernel
+computes on the whole axis. Past the extent, along the output axis it sets, the kernel writes
+zeros.
+
+=========  ==========  =====================================================  ==============
+op         extent      operand axes cut to it                                 result axis
+=========  ==========  =====================================================  ==============
+softmax    ``length``  the normalised axis                                    the same
+matmul     ``cols``    the right operand's last (its columns)                 the last
+matmul     ``inner``   the left operand's last and the right's second-last   none (summed)
+=========  ==========  =====================================================  ==============
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from rtgraph.dtypes import TensorType
+from rtgraph.ops.registry import OpError
+
+__all__ = ["EXTENTS", "axes_of", "bind", "check", "cut", "describe", "extent", "zero_past"]
+
+#: The extents each op's kernel can take at run time, by op.
+EXTENTS: dict[str, tuple[str, ...]] = {"softmax": ("length",), "matmul": ("cols", "inner")}
+_NAMES = frozenset(name for names in EXTENTS.values() for name in names)
+
+
+def axes_of(
+    op: str, name: str, types: Sequence[TensorType], attrs: Mapping[str, Any]
+) -> tuple[tuple[int | None, ...], int | None]:
+    """For extent ``name`` of ``op`` on operands of ``types``: the axis of each operand cut to
+    it (None: not cut) and the axis of the result it sets (None: none, the axis is summed)."""
+    if op == "softmax":
+        ax = attrs.get("axis", -1) % types[0].rank
+        return (ax,), ax
+    a, b = types
+    if name == "cols":
+        return (None, b.rank - 1), max(a.rank, b.rank) - 1
+    return (a.rank - 1, b.rank - 2), None
+
+
+def check(op: str, types: Sequence[TensorType], attrs: Mapping[str, Any]) -> None:
+    """An :class:`~rtgraph.ops.registry.OpError` for a run-time extent ``op`` cannot take: on
+    an op without it, for a matmul with a rank-1 operand, or a value outside 0..the axis."""
+    names = EXTENTS.get(op, ())
+    for key in attrs:
+        base = key[:-3] if key.endswith("_of") else key
+        if base in _NAMES and base not in names:
+            raise OpError(f"{op}: takes no run-time extent '{key}'", attr=key)
+    for name in names:
+        if name not in attrs and f"{name}_of" not in attrs:
+            continue
+        if op == "matmul" and min(t.rank for t in types) < 2:
+            raise OpError("matmul: a run-time extent needs operands of rank 2 or more", attr=name)
+        of = attrs.get(f"{name}_of", "")
+        if not isinstance(of, str):
+            raise OpError(f"{op}: '{name}_of' must name a parameter, got {of!r}", attr=name)
+        value = attrs.get(name, 0)
+        cut, _ = axes_of(op, name, types, attrs)
+        full = next(types[i].shape[ax] for i, ax in enumerate(cut) if ax is not None)
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= full:
+            raise OpError(
+                f"{op}: run-time extent '{name}' must be an integer in 0..{full}, got {value!r}",
+                attr=name,
+            )
+
+
+def extent(attrs: Mapping[str, Any], name: str, full: int) -> int:
+    """The part of an axis of ``full`` elements the kernel computes: ``attrs[name]`` when bound
+    (1..full), else all of it."""
+    value = attrs.get(name, 0)
+    return value if 0 < value < full else full
+
+
+def cut(x: np.ndarray, axis: int, n: int) -> np.ndarray:
+    """The first ``n`` elements of ``x`` along ``axis`` (a view)."""
+    if n == x.shape[axis]:
+        return x
+    index = [slice(None)] * x.ndim
+    index[axis] = slice(0, n)
+    return x[tuple(index)]
+
+
+def zero_past(result: np.ndarray, axis: int, full: int) -> np.ndarray:
+    """``result`` (``n`` long along ``axis``) followed by zeros up to ``full``."""
+    n = result.shape[axis]
+    if n == full:
+        return result
+    widths = [(0, 0)] * result.ndim
+    widths[axis] = (0, full - n)
+    return np.pad(result, widths)
+
+
+def bind(attrs: Mapping[str, Any], values: Mapping[str, int]) -> dict[str, Any] | None:
+    """``attrs`` with every ``<extent>_of`` parameter's value from ``values`` set as the
+    extent, or None when nothing in them is marked."""
+    marked = [k for k in attrs if k.endswith("_of") and k[:-3] in _NAMES]
+    if not marked:
+        return None
+    return {**attrs, **{k[:-3]: int(values[attrs[k]]) for k in marked if attrs[k] in values}}
+
+
+def describe(op: str, attrs: Mapping[str, Any]) -> str:
+    """The run-time extents a task takes, for listings: ``" [cols=S inner=S]"`` (a fused
+    task's, its steps'), or ``""``."""
+    marks = _marks(attrs)
+    if op == "fused":
+        for step in attrs.get("body", ()):
+            marks += _marks(dict(step[2]))
+    return f" [{' '.join(marks)}]" if marks else ""
+
+
+def _marks(attrs: Mapping[str, Any]) -> list[str]:
+    return [f"{k[:-3]}={v}" for k, v in attrs.items() if k.endswith("_of") and k[:-3] in _NAMES]
