@@ -22,7 +22,7 @@ from rtgraph import emulator, frontend
 from rtgraph.compiler import CompileOptions, compile_program
 from rtgraph.compiler.optimizer.levels import DEFAULT_LEVEL
 from rtgraph.compiler.optimizer.pipeline import as_checked as _as_checked
-from rtgraph.compiler.padding import PadPlan, pad_plan, with_extents
+from rtgraph.compiler.padding import PadPlan, gear_extents, pad_plan, with_extents
 from rtgraph.compiler.scheduling.policies import StreamPolicy
 from rtgraph.device import check_compatibility, load_device, load_named_device
 from rtgraph.device.spec import DeviceSpec
@@ -165,29 +165,19 @@ def compile_gears(
     options = options or CompileOptions()
     fixed, bind = _gear_binder(program, spec)
     bound = {tuple(v.items()): bind(v) for v in gear_combinations(program.gears)}
-    _check_ranges(program, lambda values: bound[tuple(values.items())])
-    compiled = tuple(
-        (dict(values), compile_program(_with_extents(program, values, bound), spec, options))
-        for values in map(dict, bound)
+
+    def at(values: dict[str, int]) -> Program:
+        return bound[tuple(values.items())]
+
+    _check_ranges(program, at)
+    compiled = []
+    for values in map(dict, bound):
+        # the ops a run padded to this gear tells the real extents, marked (rtgraph.ops.extents)
+        marked = with_extents(at(values), gear_extents(program.ranges, values, at))
+        compiled.append((values, compile_program(marked, spec, options)))
+    return GearedProgram(
+        program.name, dict(program.gears), tuple(compiled), dict(program.ranges), fixed
     )
-    return GearedProgram(program.name, dict(program.gears), compiled, dict(program.ranges), fixed)
-
-
-def _with_extents(
-    program: Program, values: dict[str, int], bound: Mapping[tuple, Program]
-) -> Program:
-    """The program bound at the gear combination ``values``, its ops that a run padded to it
-    must tell where an axis's real part ends marked so (:func:`rtgraph.compiler.padding.
-    with_extents`) — unmarked where no run pads to it. Each ranged parameter's axes are found
-    against its own lower end, the others where they are, so that two ranges with the same
-    ends never leave an axis's parameter in doubt."""
-    checked = bound[tuple(values.items())]
-    for name, (lo, _) in program.ranges.items():
-        low = {**values, name: lo}
-        if low != values:
-            plan = pad_plan(bound[tuple(low.items())], checked, low, values)
-            checked = with_extents(checked, plan)
-    return checked
 
 
 def check_ranges(program: Program, *, device: str | DeviceSpec | None = None) -> None:

@@ -314,6 +314,17 @@ def test_the_naive_attentions_sequence_length_pads_bit_for_bit(tmp_path: Path):
         [sys.executable, "-m", "rtgraph", "check", str(src)], capture_output=True, text=True
     )
     assert cli.returncode == 0, cli.stderr
+    explained = subprocess.run(
+        [sys.executable, "-m", "rtgraph", "explain", str(src)], capture_output=True, text=True
+    )
+    assert explained.returncode == 0, explained.stderr
+    told = (
+        "kernels a padded run tells the real extent: matmul (line 30) cols=S ×4, softmax "
+        "(line 30) length=S ×4, matmul (line 31) inner=S ×4"
+    )
+    gears = explained.stdout.split("## gear ")[1:]
+    assert [g.split()[0] for g in gears] == ["S=16", "S=32", "S=64", "S=128"]
+    assert told not in gears[0] and all(told in g for g in gears[1:])  # 16: nothing pads to it
 
 
 def test_a_gear_set_is_not_padded_and_select_names_the_padding_choose_does():
@@ -741,3 +752,20 @@ def test_two_ranges_with_the_same_ends_tell_each_kernel_its_own_extent():
         result, expected, _ = _run_padded(geared, {"S": s, "T": t}, seed=10 * s + t)
         assert result.outputs["y"].shape == (s, t)
         np.testing.assert_array_equal(result.outputs["y"], expected["y"])
+
+
+def test_a_range_fixed_with_define_compiles_the_other_range_alone(tmp_path: Path):
+    """`-D T=5` fixes one of two ranges: the compile pads only S (it once looked for T's range
+    ends among the gears and failed with a KeyError)."""
+    src, out = tmp_path / "t.rtg", tmp_path / "t.json"
+    src.write_text(TWO_RANGES)
+    rtgraph = [sys.executable, "-m", "rtgraph"]
+    made = subprocess.run(
+        [*rtgraph, "compile", str(src), "-D", "T=5", "-o", str(out)], capture_output=True, text=True
+    )
+    assert made.returncode == 0, made.stderr
+    data = json.loads(out.read_text())
+    assert data["ranges"] == {"S": [2, 8]} and data["params"] == {"T": 5}
+    ran = subprocess.run([*rtgraph, "run", str(out), "-D", "S=3"], capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    assert "padded to the gear above: S 3 → 4" in ran.stdout and "bit-equal" in ran.stdout

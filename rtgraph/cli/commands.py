@@ -30,6 +30,7 @@ from rtgraph.cli.parser import build_parser
 from rtgraph.cli.run import cmd_report, cmd_run
 from rtgraph.compiler.memplan import greedy_by_size, plan, read_records_csv
 from rtgraph.compiler.optimizer.pipeline import optimized_ir
+from rtgraph.compiler.padding import describe_extents, gear_extents
 from rtgraph.device import describe, list_devices
 from rtgraph.errors import RtgError, UsageError
 from rtgraph.files import write_atomic
@@ -130,9 +131,15 @@ def _write(args: argparse.Namespace, text: str) -> None:
 def cmd_explain(args: argparse.Namespace) -> int:
     options = compile_options(args)
     program = load_program(args)
-    for values, bound in each_gear(args, program):  # the program itself when it has none
+    gears = each_gear(args, program)  # the program itself when it has none
+    by_values = {tuple(values.items()): bound for values, bound in gears}
+    ranges = {n: r for n, r in program.ranges.items() if any(n in v for v, _ in gears)}
+    for values, bound in gears:
         heading = gear_heading(values, program.gears, program.ranges)
         print(f"## gear {heading}\n" if heading else "", end="")
+        marks = gear_extents(ranges, values, lambda v: by_values[tuple(v.items())])
+        if marks:
+            print(f"kernels a padded run tells the real extent: {describe_extents(bound, marks)}\n")
         print(explain(bound, options.for_device(device_spec(args, bound, options))))
     return 0
 

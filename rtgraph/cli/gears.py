@@ -33,7 +33,8 @@ def still_dynamic(args: argparse.Namespace, program: Program) -> Program | None:
     gears = _unfixed(args, program)
     if not gears or args.emit not in ("json", "listing"):
         return None
-    return dataclasses.replace(program, gears=gears)
+    ranges = {n: ends for n, ends in program.ranges.items() if n in gears}
+    return dataclasses.replace(program, gears=gears, ranges=ranges)
 
 
 def _unfixed(args: argparse.Namespace, program: Program) -> dict[str, tuple[int, ...]]:

@@ -29,7 +29,7 @@ at the gear's, so a run reports the share of its work that was padding.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -122,18 +122,50 @@ def _bound(op: str, attrs: Mapping[str, Any], values: Mapping[str, int]) -> dict
     return {**attrs, "body": tuple(body)} if changed else None
 
 
-def with_extents(program: Program, plan: PadPlan) -> Program:
-    """``program`` (bound at ``plan``'s gear) with the ops the plan found computing on the
-    real part of an axis marked so (``length_of = "S"``, :mod:`rtgraph.ops.extents`): what a
-    gear is compiled from, so that a padded run can bind the extents."""
-    if not plan.extents:
+def gear_extents(
+    ranges: Mapping[str, tuple[int, int]],
+    values: Mapping[str, int],
+    bind: Callable[[dict[str, int]], Program],
+) -> dict[int, dict[str, str]]:
+    """The ops of the program bound at the gear combination ``values`` (``bind`` binds one)
+    that a run padded to it must tell where an axis's real part ends, by node index, with
+    their marks (``{"cols_of": "S"}``): none where no run pads to it. Each ranged parameter's
+    axes are found against its own lower end, the others where they are, so that two ranges
+    with the same ends never leave an axis's parameter in doubt."""
+    marks: dict[int, dict[str, str]] = {}
+    for name, (lo, _) in ranges.items():
+        low = {**values, name: lo}
+        if low != values:
+            plan = pad_plan(bind(low), bind(dict(values)), low, values)
+            for k, found in plan.extents.items():
+                marks.setdefault(k, {}).update(found)
+    return marks
+
+
+def with_extents(program: Program, marks: Mapping[int, Mapping[str, str]]) -> Program:
+    """``program`` with the ops at ``marks``' node indices marked so (:func:`gear_extents`:
+    ``length_of = "S"``, :mod:`rtgraph.ops.extents`): what a gear is compiled from, so that a
+    padded run can bind the extents."""
+    if not marks:
         return program
     nodes = list(program.nodes)
-    for k, marks in plan.extents.items():
+    for k, found in marks.items():
         node = nodes[k]
         assert isinstance(node, OpNode)
-        nodes[k] = replace(node, attrs={**node.attrs, **marks})
+        nodes[k] = replace(node, attrs={**node.attrs, **found})
     return replace(program, nodes=nodes)
+
+
+def describe_extents(program: Program, marks: Mapping[int, Mapping[str, str]]) -> str:
+    """The marked ops in one line, for ``rtgraph explain``: ``matmul (line 30) cols=S ×4, …``
+    (the ops one line makes counted once, with how many there are)."""
+    counts: dict[str, int] = {}
+    for k, found in sorted(marks.items()):
+        node = program.nodes[k]
+        told = " ".join(f"{key[:-3]}={value}" for key, value in found.items())
+        part = f"{getattr(node, 'op', '?')}{_where(node.span)} {told}"
+        counts[part] = counts.get(part, 0) + 1
+    return ", ".join(part + (f" ×{n}" if n > 1 else "") for part, n in counts.items())
 
 
 #: Ops that compute each sample — axis 0 of their first operand and of their result — by
