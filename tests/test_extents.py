@@ -88,6 +88,9 @@ def test_unbound_or_whole_extents_compute_the_whole_axis():
         ("softmax", [TensorType((4, 8), "f32")], {"axis": 0, "length_of": 3}, "name a parameter"),
         ("softmax", [TensorType((4, 8), "f32")], {"axis": -1, "cols": 2}, "takes no run-time"),
         ("matmul", [TensorType((4, 8), "f16"), TensorType((8,), "f16")], {"inner": 2}, "rank 2"),
+        ("reduce_sum", [TensorType((4, 8), "f32")], {"axis": None, "length": 2}, "one reduced"),
+        ("reduce_max", [TensorType((4, 8), "f32")], {"axis": [0, 1], "length_of": "S"}, "one"),
+        ("reduce_mean", [TensorType((4, 8), "f32")], {"axis": 1, "length": 9}, "in 0..8"),
         (
             "matmul",
             [TensorType((4, 8), "f16"), TensorType((8, 5), "f16")],

@@ -13,12 +13,13 @@ and at the gear's: the two must have the same ops; an axis is *padded* where the
 differ; each op's padded axes must be exactly the ones
 :func:`~rtgraph.compiler.optimizer.split_axes.operand_axes` can compute in independent parts,
 carried to the same padded axes of its operands — the rule the tiling pass splits by, so a
-padded run computes its real elements as a tile of the gear's would. Three computations that
+padded run computes its real elements as a tile of the gear's would. Some computations that
 do reduce or mix along a padded axis are kept all the same, by kernels told its real extent at
-run time (:mod:`rtgraph.ops.extents`): a softmax along it, a matmul's columns and its inner
-dimension. The plan lists those ops (:attr:`PadPlan.extents`); :func:`with_extents` marks them
-in the gear's program before it is compiled, and :meth:`PadPlan.bind` sets the run's values
-on the compiled tasks. What the padding holds never reaches a real element, so it may be
+run time (:mod:`rtgraph.ops.extents`): a softmax along it, a reduction over it alone, a
+matmul's columns and its inner dimension. The plan lists those ops
+(:attr:`PadPlan.extents`); :func:`with_extents` marks them in the gear's program before it is
+compiled (:func:`gear_extents` finds them), and :meth:`PadPlan.bind` sets the run's values on
+the compiled tasks. What the padding holds never reaches a real element, so it may be
 anything: inputs — and params whose shape the parameter sets (a KV cache per sequence) — are
 zero-padded, a const fills the gear's shape; only a placed buffer and a derived param may not
 depend on the parameter.
@@ -177,13 +178,32 @@ PER_SAMPLE = frozenset({"conv2d", "pool2d", "groupnorm", "batchnorm", "lrn"})
 
 
 def _split(node: OpNode, axis: int, types: Sequence[TensorType], out: TensorType) -> Split | None:
-    """:func:`operand_axes`, axis 0 of a :data:`PER_SAMPLE` op, and any axis of a slice but
-    the one it cuts (the tiling pass does not cut slices)."""
+    """:func:`operand_axes`, axis 0 of a :data:`PER_SAMPLE` op, any axis of a slice but the
+    one it cuts, and any axis a reduction keeps (the tiling pass cuts neither slices nor
+    reductions: NumPy sums each result element of a reduction on its own, in an order that
+    depends only on the reduced axes)."""
     if node.op in PER_SAMPLE and axis == 0:
         return (0, *(None for _ in types[1:]))
     if node.op == "slice" and node.attrs.get("axis", 0) % out.rank != axis:
         return (axis,)
+    if node.op.startswith("reduce_"):
+        return _kept_axis(node, axis, types[0])
     return operand_axes(node, axis, types, out)
+
+
+def _kept_axis(node: OpNode, axis: int, operand: TensorType) -> Split | None:
+    """The operand axis a reduction's result axis ``axis`` is (None for a reduced one)."""
+    given = node.attrs.get("axis")
+    rank = operand.rank
+    reduced = set(range(rank)) if given is None else {a % rank for a in _as_tuple(given)}
+    if node.attrs.get("keepdims"):
+        return None if axis in reduced else (axis,)
+    kept = [a for a in range(rank) if a not in reduced]
+    return (kept[axis],) if axis < len(kept) else None
+
+
+def _as_tuple(value: int | Sequence[int]) -> tuple[int, ...]:
+    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
 
 
 def _refuse(message: str, span: Span | None, names: str, hint: str | None = None) -> CheckError:
@@ -193,8 +213,8 @@ def _refuse(message: str, span: Span | None, names: str, hint: str | None = None
         span,
         hint=f"{hint}, or {gears}"
         if hint
-        else f"padding {names} is sound only along axes no op reduces or mixes (a softmax "
-        f"and a matmul may: a run tells them the real extent); {gears}",
+        else f"padding {names} is sound only along axes no op reduces or mixes (a softmax, "
+        f"a reduction and a matmul may: a run tells them the real extent); {gears}",
     )
 
 

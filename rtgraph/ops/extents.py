@@ -2,9 +2,10 @@
 
 A program compiled for the gear above a run's size runs on zero-padded inputs
 (:mod:`rtgraph.compiler.padding`). Most ops compute each element along a padded axis on its
-own, so the padding never reaches a real element. Two do not: a ``softmax`` normalises along
-its axis, and a ``matmul`` sums along its inner dimension (and BLAS blocks its columns by the
-call's width, so a real column's bits depend on how many columns share the call). A
+own, so the padding never reaches a real element. Some do not: a ``softmax`` normalises along
+its axis, a reduction reduces over it, and a ``matmul`` sums along its inner dimension (and
+BLAS blocks its columns by the call's width, so a real column's bits depend on how many columns
+share the call). A
 dynamic-shape kernel, as Ascend's take their tiling data at launch, is told how much of such an
 axis is real and computes on that part alone — the same arithmetic, in calls of the same shape,
 as the program at the real size, so the run stays bit for bit.
@@ -19,6 +20,7 @@ zeros.
 op         extent      operand axes cut to it                                 result axis
 =========  ==========  =====================================================  ==============
 softmax    ``length``  the normalised axis                                    the same
+reduce_*   ``length``  the one reduced axis (a mean divides by the extent)    none (reduced)
 matmul     ``cols``    the right operand's last (its columns)                 the last
 matmul     ``inner``   the left operand's last and the right's second-last   none (summed)
 =========  ==========  =====================================================  ==============
@@ -34,10 +36,24 @@ import numpy as np
 from rtgraph.dtypes import TensorType
 from rtgraph.ops.registry import OpError
 
-__all__ = ["EXTENTS", "axes_of", "bind", "check", "cut", "describe", "extent", "zero_past"]
+__all__ = [
+    "EXTENTS",
+    "axes_of",
+    "bind",
+    "check",
+    "cut",
+    "describe",
+    "extent",
+    "reduced_axis",
+    "zero_past",
+]
 
 #: The extents each op's kernel can take at run time, by op.
-EXTENTS: dict[str, tuple[str, ...]] = {"softmax": ("length",), "matmul": ("cols", "inner")}
+EXTENTS: dict[str, tuple[str, ...]] = {
+    "softmax": ("length",),
+    "matmul": ("cols", "inner"),
+    **{op: ("length",) for op in ("reduce_sum", "reduce_mean", "reduce_max")},
+}
 _NAMES = frozenset(name for names in EXTENTS.values() for name in names)
 
 
@@ -49,6 +65,9 @@ def axes_of(
     if op == "softmax":
         ax = attrs.get("axis", -1) % types[0].rank
         return (ax,), ax
+    if op != "matmul":  # a reduction: along its one axis, which its result keeps as 1 or drops
+        ax = reduced_axis(attrs, types[0].rank)
+        return (ax,), None
     a, b = types
     if name == "cols":
         return (None, b.rank - 1), max(a.rank, b.rank) - 1
@@ -68,6 +87,8 @@ def check(op: str, types: Sequence[TensorType], attrs: Mapping[str, Any]) -> Non
             continue
         if op == "matmul" and min(t.rank for t in types) < 2:
             raise OpError("matmul: a run-time extent needs operands of rank 2 or more", attr=name)
+        if op.startswith("reduce_") and reduced_axis(attrs, types[0].rank) is None:
+            raise OpError(f"{op}: a run-time extent needs one reduced axis", attr=name)
         of = attrs.get(f"{name}_of", "")
         if not isinstance(of, str):
             raise OpError(f"{op}: '{name}_of' must name a parameter, got {of!r}", attr=name)
@@ -79,6 +100,17 @@ def check(op: str, types: Sequence[TensorType], attrs: Mapping[str, Any]) -> Non
                 f"{op}: run-time extent '{name}' must be an integer in 0..{full}, got {value!r}",
                 attr=name,
             )
+
+
+def reduced_axis(attrs: Mapping[str, Any], rank: int) -> int | None:
+    """The one axis a reduction's ``axis`` attribute names (an int or a list of one), as a
+    non-negative index; None for several, or all."""
+    ax = attrs.get("axis")
+    if isinstance(ax, (list, tuple)):
+        ax = ax[0] if len(ax) == 1 else None
+    if isinstance(ax, bool) or not isinstance(ax, int) or not -rank <= ax < rank:
+        return None
+    return ax % rank
 
 
 def extent(attrs: Mapping[str, Any], name: str, full: int) -> int:

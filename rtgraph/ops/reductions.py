@@ -15,7 +15,7 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 from rtgraph.dtypes import TensorType
 from rtgraph.ops.extents import check as check_extents
-from rtgraph.ops.extents import cut, extent, zero_past
+from rtgraph.ops.extents import cut, extent, reduced_axis, zero_past
 from rtgraph.ops.registry import REQUIRED, AttrSpec, Cost, OpDef, OpError
 from rtgraph.ops.rules import (
     Arrays,
@@ -269,6 +269,7 @@ def _reduce_rule(name: str):
     def infer(types: Types, attrs: Attrs) -> TensorType:
         x = types[0]
         reduced = axes(name, attrs["axis"], x.rank)
+        check_extents(name, types, attrs)
         if attrs["keepdims"]:
             shape = tuple(1 if i in reduced else d for i, d in enumerate(x.shape))
         else:
@@ -280,7 +281,13 @@ def _reduce_rule(name: str):
 
 def _reduce_kernel(name: str, fn):
     def kernel(arrays: Arrays, attrs: Attrs) -> np.ndarray:
+        """Over the axes — the one axis's first ``length`` elements, when a padded run binds
+        that (:mod:`.extents`; a mean divides by that many)."""
         x = arrays[0]
+        if attrs.get("length"):
+            ax = reduced_axis(attrs, x.ndim)
+            assert ax is not None  # the rule allows a length for one axis only
+            x = cut(x, ax, extent(attrs, "length", x.shape[ax]))
         return fn(wide(x), axes(name, attrs["axis"], x.ndim), bool(attrs["keepdims"]))
 
     return ieee(kernel)
