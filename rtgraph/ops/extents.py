@@ -5,10 +5,9 @@ A program compiled for the gear above a run's size runs on zero-padded inputs
 own, so the padding never reaches a real element. Some do not: a ``softmax`` normalises along
 its axis, a reduction reduces over it, and a ``matmul`` sums along its inner dimension (and
 BLAS blocks its columns by the call's width, so a real column's bits depend on how many columns
-share the call). A
-dynamic-shape kernel, as Ascend's take their tiling data at launch, is told how much of such an
-axis is real and computes on that part alone — the same arithmetic, in calls of the same shape,
-as the program at the real size, so the run stays bit for bit.
+share the call). A dynamic-shape kernel, as Ascend's take their tiling data at launch, is told
+how much of such an axis is real and computes on that part alone — the same arithmetic, in
+calls of the same shape, as the program at the real size, so the run stays bit for bit.
 
 The compiler marks such an op with ``<extent>_of = "S"`` (an attribute a program cannot write:
 the dynamic parameter whose value is the extent); a padded run binds it, setting
