@@ -128,3 +128,27 @@ program p(S: dyn 4..8 = 8) {
     )
     assert cli.returncode == 1 and "Traceback" not in cli.stderr
     assert "does not accept these operands" in cli.stderr
+
+
+def test_a_tampered_position_that_moves_a_slice_off_its_operand_is_refused(tmp_path):
+    text = """
+program p(S: dyn 2..8 = 8) {
+    input x : f16[4, S]
+    output y = slice(x, start = S - 1, axis = 1)
+}
+"""
+    gear = api.compile_gears(api.parse(text, "p.rtg"))
+    data = json.loads(json.dumps(gear.to_dict()))
+    program = next(p for p in data["programs"] if p["values"] == {"S": 8})["program"]
+    task = next(t for t in program["tasks"] if t["op"] == "slice")
+    assert (task["attrs"]["start_of"], task["attrs"]["start_shift"]) == ("S", -1)
+    task["attrs"]["start_shift"] = 5  # past the end at any S
+    path = tmp_path / "p.json"
+    path.write_text(json.dumps(data))
+    cli = subprocess.run(
+        [sys.executable, "-m", "rtgraph", "run", str(path), "-D", "S=5"],
+        capture_output=True,
+        text=True,
+    )
+    assert cli.returncode == 1 and "Traceback" not in cli.stderr, cli.stderr
+    assert "its run-time attributes give" in cli.stderr

@@ -155,6 +155,14 @@ def test_padded_runs_are_bit_equal_and_race_free_under_every_stream_policy(strea
         assert plan.gear == {"S": 64} and not result.races
         for name, value in expected.items():
             np.testing.assert_array_equal(result.outputs[name], value)
+    # and a slice a run moves: its task reads the whole operand, so its waits cover every row
+    _, shipped, ranged, _ = next(m for m in MODEL_RANGES if m[0] == "llm_prefill" and "S:" in m[2])
+    text = _ranged("llm_prefill", shipped, ranged)
+    prefill = api.compile_gears(api.parse(text, "p.rtg"), options=CompileOptions(streams=streams))
+    for s in (9, 17, 30):
+        result, expected, _ = _run_padded(prefill, {"S": s}, seed=s)
+        assert not result.races
+        np.testing.assert_array_equal(result.outputs["logits"], expected["logits"])
 
 
 def test_a_reshape_that_keeps_the_batch_outermost_pads_and_one_that_moves_it_is_refused():
@@ -230,6 +238,12 @@ REFUSED = [
         " output y = layernorm(x, g, b, axis = -1, eps = 1e-5) }",
         "layernorm (line 4) does not compute its result's elements along axis 1 independently",
     ),
+    # a slice along the padded axis whose length changes with it
+    (
+        "program p(S: dyn 2..8 = 4) { input x: f32[4, S]\n"
+        " output y = slice(x, start = 1, axis = 1) }",
+        "slice (line 2) does not compute its result's elements along axis 1",
+    ),
     # a concatenation along the padded axis: the second part starts after the padding
     (
         "program p(B: dyn 2..8 = 4) { input x: f32[B, 4]\n output y = concat(x, x, axis = 0) }",
@@ -254,12 +268,16 @@ def test_a_range_padding_would_corrupt_is_refused_at_the_op_that_forbids_it(text
 
 
 #: Padded along the axis a softmax normalises or a reduction reduces, a matmul's columns and
-#: its inner dimension: each kernel is told the real extent at run time (rtgraph.ops.extents).
+#: its inner dimension — each kernel told the real extent at run time — and a slice of it,
+#: fixed inside the real part or moving with it (rtgraph.ops.extents).
 EXTENTS = [
     "input x: f32[4, S]\n output y = softmax(x, axis = -1)",
     "input x: f32[4, S]\n output y = reduce_sum(x, axis = 1)",
     "input x: f16[S, 4]\n output y = reduce_mean(x, axis = 0, keepdims = true)",
     "input x: f32[4, S]\n output y = reduce_max(neg(x) - 1.0, axis = [-1])",
+    "input x: f32[4, S]\n output y = slice(x, start = S - 1, axis = 1)",
+    "input x: f16[S, 4]\n output y = relu(slice(x, start = -2, axis = 0))",
+    "input x: f32[4, S]\n output y = slice(x, start = 0, stop = 2, axis = 1)",
     "input a: f16[4, S]\n input b: f16[S, 4]\n output y = a @ b",
     "input a: f16[4, 4]\n input b: f16[4, S]\n output y = a @ b",
 ]
@@ -326,7 +344,7 @@ def test_the_naive_attentions_sequence_length_pads_bit_for_bit(tmp_path: Path):
     )
     assert explained.returncode == 0, explained.stderr
     told = (
-        "kernels a padded run tells the real extent: matmul (line 30) cols=S ×4, softmax "
+        "told at run time: matmul (line 30) cols=S ×4, softmax "
         "(line 30) length=S ×4, matmul (line 31) inner=S ×4"
     )
     gears = explained.stdout.split("## gear ")[1:]
@@ -581,9 +599,19 @@ def _mixed(draw):
         elif kind == "slice" and shape[axis] == "8":  # a static axis: 8 → 7
             lines.append(f"{name} = slice({value}, start = 1, axis = {axis})")
             shape[axis] = "7"
-        elif kind == "slice" and shape[axis] == "B":  # the padded axis itself: refused
-            lines.append(f"{name} = slice({value}, start = 0, stop = 1, axis = {axis})")
-            shape[axis] = "1"
+        elif kind == "slice" and shape[axis] == "B":  # the padded axis itself
+            start, stop = draw(
+                st.sampled_from(
+                    [
+                        ("0", "1"),  # fixed, inside every run's real part
+                        ("B - 1", "B"),  # the last real row: moves with B
+                        ("-1", "B"),  # the same, counted from the end
+                        ("1", "B"),  # a length that changes with B: refused
+                    ]
+                )
+            )
+            lines.append(f"{name} = slice({value}, start = {start}, stop = {stop}, axis = {axis})")
+            shape[axis] = "1" if start != "1" else "B - 1"
         elif kind == "transpose":
             lines.append(f"{name} = transpose({value}, [1, 0])")
             shape.reverse()
@@ -695,6 +723,12 @@ MODEL_RANGES = [
         "B = 1, S = 128, T = 0, L = 4, D = 768, H = 12, F = 2048, V = 8192",
         "B: dyn 1..4 = 4, S = 8, T = 0, L = 2, D = 32, H = 2, F = 64, V = 64",
         3,
+    ),
+    (  # a prompt of any length: the last position's logits, sliced where the run says
+        "llm_prefill",
+        "B = 1, S = 128, T = 0, L = 4, D = 768, H = 12, F = 2048, V = 8192",
+        "B = 1, S: dyn 8..32 = 32, T = 0, L = 2, D = 32, H = 2, F = 64, V = 64",
+        21,
     ),
 ]
 

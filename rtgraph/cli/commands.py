@@ -139,7 +139,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
         print(f"## gear {heading}\n" if heading else "", end="")
         marks = gear_extents(ranges, values, lambda v: by_values[tuple(v.items())])
         if marks:
-            print(f"kernels a padded run tells the real extent: {describe_extents(bound, marks)}\n")
+            print(f"told at run time: {describe_extents(bound, marks)}\n")
         print(explain(bound, options.for_device(device_spec(args, bound, options))))
     return 0
 

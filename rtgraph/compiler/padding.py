@@ -38,11 +38,12 @@ import numpy as np
 
 from rtgraph.compiler.optimizer.split_axes import Split, operand_axes
 from rtgraph.dtypes import TensorType
-from rtgraph.errors import CheckError, Span
+from rtgraph.errors import CheckError, InputError, Span
 from rtgraph.ir.graph import HostCopyNode, OpNode, Program
 from rtgraph.ir.reference import program_flops
-from rtgraph.ops import extents
-from rtgraph.stream_program.program import StreamProgram
+from rtgraph.ops import extents, lookup
+from rtgraph.ops.registry import OpError
+from rtgraph.stream_program.program import StreamProgram, Task
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,7 @@ class PadPlan:
     #: the ops that compute on the real part of an axis alone (:mod:`rtgraph.ops.extents`):
     #: each one's index in the program's nodes and the attributes that mark it
     #: (``{"length_of": "S"}``) — what the gear's compiled program carries
-    extents: dict[int, dict[str, str]] = field(default_factory=dict)
+    extents: dict[int, dict[str, str | int]] = field(default_factory=dict)
 
     @property
     def wasted(self) -> float:
@@ -97,6 +98,7 @@ class PadPlan:
         for k, task in enumerate(tasks):
             attrs = _bound(task.op, task.attrs, self.values)
             if attrs is not None:
+                _same_result(task, attrs, self.values)
                 tasks[k], changed = replace(task, attrs=attrs), True
         return replace(program, tasks=tuple(tasks)) if changed else program
 
@@ -106,6 +108,29 @@ class PadPlan:
         return (
             f"padded to the gear above: {moved}; {self.padded_flops:,} flops run, "
             f"{self.padded_flops - self.flops:,} ({self.wasted:.1%}) of them on padding"
+        )
+
+
+def _same_result(task: Task, attrs: Mapping[str, Any], values: Mapping[str, int]) -> None:
+    """An :class:`~rtgraph.errors.InputError` when a task's attributes bound at the run's
+    values would make a result of another shape than the one compiled (a file's marks that
+    move a slice off its operand): the kernel would write outside its output."""
+    op = lookup(task.op)
+    if op is None or task.output is None or task.op == "fused":
+        return  # a fused body's steps take extents only, which never change a shape
+    types = [TensorType(o.shape, o.dtype) for o in task.inputs]
+    want = TensorType(task.output.shape, task.output.dtype)
+    try:
+        got = op.infer(types, attrs)
+    except OpError as e:
+        got = e
+    if got != want:
+        shown = ", ".join(f"{n}={v}" for n, v in values.items())
+        raise InputError(
+            f"task {task.id} '{task.name}' ({task.op}) at {shown}: its run-time attributes give "
+            f"{got.message if isinstance(got, OpError) else got}, not the {want} it was compiled "
+            "for",
+            hint="recompile the program from its source; the file's marks do not fit it",
         )
 
 
@@ -127,13 +152,13 @@ def gear_extents(
     ranges: Mapping[str, tuple[int, int]],
     values: Mapping[str, int],
     bind: Callable[[dict[str, int]], Program],
-) -> dict[int, dict[str, str]]:
+) -> dict[int, dict[str, str | int]]:
     """The ops of the program bound at the gear combination ``values`` (``bind`` binds one)
     that a run padded to it must tell where an axis's real part ends, by node index, with
     their marks (``{"cols_of": "S"}``): none where no run pads to it. Each ranged parameter's
     axes are found against its own lower end, the others where they are, so that two ranges
     with the same ends never leave an axis's parameter in doubt."""
-    marks: dict[int, dict[str, str]] = {}
+    marks: dict[int, dict[str, str | int]] = {}
     for name, (lo, _) in ranges.items():
         low = {**values, name: lo}
         if low != values:
@@ -143,7 +168,7 @@ def gear_extents(
     return marks
 
 
-def with_extents(program: Program, marks: Mapping[int, Mapping[str, str]]) -> Program:
+def with_extents(program: Program, marks: Mapping[int, Mapping[str, str | int]]) -> Program:
     """``program`` with the ops at ``marks``' node indices marked so (:func:`gear_extents`:
     ``length_of = "S"``, :mod:`rtgraph.ops.extents`): what a gear is compiled from, so that a
     padded run can bind the extents."""
@@ -157,14 +182,14 @@ def with_extents(program: Program, marks: Mapping[int, Mapping[str, str]]) -> Pr
     return replace(program, nodes=nodes)
 
 
-def describe_extents(program: Program, marks: Mapping[int, Mapping[str, str]]) -> str:
+def describe_extents(program: Program, marks: Mapping[int, Mapping[str, str | int]]) -> str:
     """The marked ops in one line, for ``rtgraph explain``: ``matmul (line 30) cols=S ×4, …``
     (the ops one line makes counted once, with how many there are)."""
     counts: dict[str, int] = {}
     for k, found in sorted(marks.items()):
         node = program.nodes[k]
-        told = " ".join(f"{key[:-3]}={value}" for key, value in found.items())
-        part = f"{getattr(node, 'op', '?')}{_where(node.span)} {told}"
+        op = getattr(node, "op", "?")
+        part = f"{op}{_where(node.span)} {extents.describe(op, found).strip(' []')}"
         counts[part] = counts.get(part, 0) + 1
     return ", ".join(part + (f" ×{n}" if n > 1 else "") for part, n in counts.items())
 
@@ -260,7 +285,7 @@ def pad_plan(
             )
         if axes:
             dyn[name] = axes
-    marked: dict[int, dict[str, str]] = {}
+    marked: dict[int, dict[str, str | int]] = {}
     moved = {n: (gear[n], v) for n, v in values.items() if gear.get(n, v) != v}
     for k, (r_node, node) in enumerate(zip(real.nodes, padded.nodes, strict=True)):
         if type(r_node) is not type(node):
@@ -312,7 +337,7 @@ def _check_op(
     dyn: Mapping[str, tuple[int, ...]],
     names: str,
     moved: Mapping[str, tuple[int, int]],
-) -> dict[str, str]:
+) -> dict[str, str | int]:
     """``node``'s padded result axes are computed from the same indices of its operands'
     padded axes, and every padded operand axis is carried (nothing reduces over padding) —
     or computed on alone, by a kernel told the real extent at run time (:func:`_extents`).
@@ -347,6 +372,8 @@ def _check_op(
     if _leading_reshape(node, dyn, types, r_types, out, r_out):
         return {}
     marks, cut = _extents(node, dyn, types, r_types, moved, names)
+    if node.op in extents.POSITIONS:
+        marks, cut = _positions(node, r_node, dyn, types, r_types, moved)
     for j, a in cut:
         if j >= 0:
             carried[j].add(a)
@@ -378,6 +405,40 @@ def _check_op(
     return marks
 
 
+def _positions(
+    node: OpNode,
+    r_node: OpNode,
+    dyn: Mapping[str, tuple[int, ...]],
+    types: Sequence[TensorType],
+    r_types: Sequence[TensorType],
+    moved: Mapping[str, tuple[int, int]],
+) -> tuple[dict[str, str | int], set[tuple[int, int]]]:
+    """A slice along a padded axis that keeps its length: where it starts and stops is fixed
+    (inside the real part at every run, as at the range's ends) or moves with a dynamic
+    parameter (``start = S - 1``: the last real row), marked so that a run can set it
+    (:data:`rtgraph.ops.extents.POSITIONS`). Returns the marks and the (operand, axis) pair
+    carried — none when the slice does not cut a padded axis or changes its length (refused
+    then as any op that mixes along a padded axis)."""
+    ax = node.attrs.get("axis", 0) % types[0].rank
+    if ax not in dyn.get(node.inputs[0], ()):
+        return {}, set()
+    gear = slice(node.attrs.get("start", 0), node.attrs.get("stop")).indices(types[0].shape[ax])
+    real = slice(r_node.attrs.get("start", 0), r_node.attrs.get("stop")).indices(
+        r_types[0].shape[ax]
+    )
+    if gear[1] - gear[0] != real[1] - real[0]:
+        return {}, set()
+    marks: dict[str, str | int] = {}
+    for name, at_gear, at_run in (("start", gear[0], real[0]), ("stop", gear[1], real[1])):
+        if at_gear == at_run:
+            continue
+        param = next((p for p, (g, v) in moved.items() if at_gear - g == at_run - v), None)
+        if param is None:
+            return {}, set()
+        marks[f"{name}_of"], marks[f"{name}_shift"] = param, at_gear - moved[param][0]
+    return marks, {(0, ax)}
+
+
 def _extents(
     node: OpNode,
     dyn: Mapping[str, tuple[int, ...]],
@@ -385,13 +446,13 @@ def _extents(
     r_types: Sequence[TensorType],
     moved: Mapping[str, tuple[int, int]],
     names: str,
-) -> tuple[dict[str, str], set[tuple[int, int]]]:
+) -> tuple[dict[str, str | int], set[tuple[int, int]]]:
     """The run-time extents (:mod:`rtgraph.ops.extents`) ``node`` needs: where its kernel may
     compute on the real part of a padded axis alone — a softmax along it, a matmul's columns or
     inner dimension — each cut axis's extent must be one dynamic parameter's value at the gear
     and at the run, so the run can tell the kernel. Returns the marks, and the (operand,
     axis) pairs cut — operand -1 for the result axis the kernel zero-fills."""
-    marks: dict[str, str] = {}
+    marks: dict[str, str | int] = {}
     cut: set[tuple[int, int]] = set()
     if node.op == "matmul" and min(t.rank for t in types) < 2:
         return marks, cut

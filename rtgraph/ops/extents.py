@@ -37,15 +37,24 @@ from rtgraph.ops.registry import OpError
 
 __all__ = [
     "EXTENTS",
+    "POSITIONS",
     "axes_of",
     "bind",
     "check",
+    "check_positions",
     "cut",
     "describe",
     "extent",
+    "moves",
     "reduced_axis",
     "zero_past",
 ]
+
+#: The positions an op can take at run time, by op: a slice's ``start`` and ``stop`` along a
+#: padded axis, each the parameter's value plus ``<position>_shift`` (``start = S - 1``: the
+#: last real row). The slice keeps its length; its task reads its whole operand, since where it
+#: reads is known only at run time.
+POSITIONS: dict[str, tuple[str, ...]] = {"slice": ("start", "stop")}
 
 #: The extents each op's kernel can take at run time, by op.
 EXTENTS: dict[str, tuple[str, ...]] = {
@@ -54,6 +63,7 @@ EXTENTS: dict[str, tuple[str, ...]] = {
     **{op: ("length",) for op in ("reduce_sum", "reduce_mean", "reduce_max")},
 }
 _NAMES = frozenset(name for names in EXTENTS.values() for name in names)
+_POSITIONS = frozenset(name for names in POSITIONS.values() for name in names)
 
 
 def axes_of(
@@ -138,13 +148,40 @@ def zero_past(result: np.ndarray, axis: int, full: int) -> np.ndarray:
     return np.pad(result, widths)
 
 
+def moves(attrs: Mapping[str, Any]) -> bool:
+    """Whether a run sets one of the op's positions (:data:`POSITIONS`): its task must read
+    the whole operand, as a view of it cannot move."""
+    return any(f"{name}_of" in attrs for names in POSITIONS.values() for name in names)
+
+
+def check_positions(op: str, types: Sequence[TensorType], attrs: Mapping[str, Any]) -> None:
+    """An :class:`~rtgraph.ops.registry.OpError` for a run-time position that is not a
+    parameter's name and an integer shift."""
+    for name in POSITIONS.get(op, ()):
+        of, shift = attrs.get(f"{name}_of"), attrs.get(f"{name}_shift", 0)
+        if of is None and f"{name}_shift" not in attrs:
+            continue
+        if not isinstance(of, str):
+            raise OpError(f"{op}: '{name}_of' must name a parameter, got {of!r}", attr=name)
+        if isinstance(shift, bool) or not isinstance(shift, int) or abs(shift) > 2**62:
+            raise OpError(f"{op}: '{name}_shift' must be an integer, got {shift!r}", attr=name)
+
+
 def bind(attrs: Mapping[str, Any], values: Mapping[str, int]) -> dict[str, Any] | None:
     """``attrs`` with every ``<extent>_of`` parameter's value from ``values`` set as the
-    extent, or None when nothing in them is marked."""
-    marked = [k for k in attrs if k.endswith("_of") and k[:-3] in _NAMES]
+    extent — a position (:data:`POSITIONS`) that value plus its ``_shift`` — or None when
+    nothing in them is marked."""
+    marked = [k for k in attrs if k.endswith("_of") and k[:-3] in _NAMES | _POSITIONS]
     if not marked:
         return None
-    return {**attrs, **{k[:-3]: int(values[attrs[k]]) for k in marked if attrs[k] in values}}
+    return {
+        **attrs,
+        **{
+            k[:-3]: int(values[attrs[k]]) + int(attrs.get(f"{k[:-3]}_shift", 0))
+            for k in marked
+            if attrs[k] in values
+        },
+    }
 
 
 def describe(op: str, attrs: Mapping[str, Any]) -> str:
@@ -158,4 +195,10 @@ def describe(op: str, attrs: Mapping[str, Any]) -> str:
 
 
 def _marks(attrs: Mapping[str, Any]) -> list[str]:
-    return [f"{k[:-3]}={v}" for k, v in attrs.items() if k.endswith("_of") and k[:-3] in _NAMES]
+    marks = []
+    for key, value in attrs.items():
+        name = key[:-3]
+        if key.endswith("_of") and name in _NAMES | _POSITIONS:
+            shift = attrs.get(f"{name}_shift", 0)
+            marks.append(f"{name}={value}" + (f"{shift:+d}" if shift else ""))
+    return marks

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from rtgraph.dtypes import TensorType
+from rtgraph.ops.extents import check_positions
 from rtgraph.ops.registry import REQUIRED, AttrSpec, Cost, OpDef, OpError
 from rtgraph.ops.rules import (
     Arrays,
@@ -66,6 +67,7 @@ CONCAT = OpDef(
 def _slice_infer(types: Types, attrs: Attrs) -> TensorType:
     x = types[0]
     ax = axis("slice", attrs["axis"], x.rank)
+    check_positions("slice", types, attrs)
     start, stop, _ = slice(attrs["start"], attrs["stop"]).indices(x.shape[ax])
     if stop <= start:
         raise OpError(

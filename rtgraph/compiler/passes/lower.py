@@ -29,7 +29,7 @@ from rtgraph.ir.graph import (
     Tensor,
     WaitNode,
 )
-from rtgraph.ops import lookup
+from rtgraph.ops import extents, lookup
 from rtgraph.ops.layout import VIEW_OPS, view_layout
 from rtgraph.timing.costmodel import arithmetic_dtype, block_dim_for
 
@@ -287,7 +287,7 @@ class _Builder:
             return
         opdef = lookup(node.op)
         assert opdef is not None, node.op
-        if node.op in LAYOUT_OPS:
+        if node.op in LAYOUT_OPS and not extents.moves(node.attrs):
             view = layout_view(
                 self.views[node.inputs[0]], node.op, dict(node.attrs), t_out.type.shape
             )
