@@ -4,20 +4,23 @@ and the attributes that say so checked wherever a stream program comes from."""
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import subprocess
 import sys
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from rtgraph import api
 from rtgraph.dtypes import TensorType
-from rtgraph.errors import StreamProgramError
+from rtgraph.errors import CheckError, InputError, StreamProgramError
 from rtgraph.ops import extents
 from rtgraph.ops.registry import OpError, lookup, run_kernel
+from rtgraph.stream_program.gears import geared_from_dict
 from rtgraph.stream_program.program import from_dict
 
 MATMUL, SOFTMAX = lookup("matmul"), lookup("softmax")
@@ -152,3 +155,55 @@ program p(S: dyn 2..8 = 8) {
     )
     assert cli.returncode == 1 and "Traceback" not in cli.stderr, cli.stderr
     assert "its run-time attributes give" in cli.stderr
+
+
+MARKED = """
+program p(S: dyn 2..8 = 8) {
+    input q : f16[S, 4]
+    input k : f16[4, S]
+    input v : f16[S, 4]
+    p = softmax(q @ k, axis = -1)
+    output y = slice(p @ v, start = S - 1, axis = 0)
+    output m = reduce_mean(q, axis = 0)
+}
+"""
+
+_KEYS = ["cols", "inner", "length", "start", "stop"]
+_JUNK = (
+    st.none()
+    | st.booleans()
+    | st.integers(-(2**70), 2**70)
+    | st.sampled_from(["S", "T", "", "cols"])
+    | st.lists(st.integers(-3, 9), max_size=2)
+)
+
+
+@functools.cache
+def _marked_gears() -> dict:
+    return json.loads(json.dumps(api.compile_gears(api.parse(MARKED, "m.rtg")).to_dict()))
+
+
+@settings(max_examples=120, deadline=None)
+@given(
+    task=st.integers(0, 63),
+    key=st.sampled_from(_KEYS),
+    suffix=st.sampled_from(["", "_of", "_shift"]),
+    junk=_JUNK,
+    s=st.integers(-2, 12),
+)
+def test_tampered_run_time_marks_are_refused_or_run_never_a_traceback(task, key, suffix, junk, s):
+    """Junk in a geared file's marks or their values — on any task, of the gear a run pads to —
+    is refused while the file is read or before the run, or runs; never a traceback."""
+    data = copy.deepcopy(_marked_gears())
+    program = next(p for p in data["programs"] if p["values"] == {"S": 8})["program"]
+    tasks = program["tasks"]
+    tasks[task % len(tasks)]["attrs"][key + suffix] = junk
+    try:
+        geared = geared_from_dict(data)
+        compiled, plan = api.choose_gear(geared, {"S": s})
+        result = api.run(compiled, padding=plan, seed=1)
+    except (StreamProgramError, InputError, CheckError) as e:
+        event(f"refused: {type(e).__name__}")
+        return
+    event("ran")
+    assert set(result.outputs) == {"y", "m"}
