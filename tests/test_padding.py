@@ -232,11 +232,11 @@ REFUSED = [
         "softmax (line 2) computes along axis 1 of operand 0, whose extent S sets (16 at the "
         "gear, 4 at the run) but is not the value of a dynamic parameter",
     ),
-    # a layernorm along the padded axis: its kernel takes no run-time extent
+    # a groupnorm's groups along the padded axis: its kernel takes no run-time extent
     (
-        "program p(S: dyn 2..8 = 4) { input x: f32[4, S]\n param g: f32[S]\n param b: f32[S]\n"
-        " output y = layernorm(x, g, b, axis = -1, eps = 1e-5) }",
-        "layernorm (line 4) does not compute its result's elements along axis 1 independently",
+        "program p(S: dyn 2..8 = 4) { input x: f32[2, 4, S]\n"
+        " output y = groupnorm(x, groups = 2, eps = 1e-5) }",
+        "groupnorm (line 2) does not compute its result's elements along axis 2 independently",
     ),
     # a slice along the padded axis whose length changes with it
     (
@@ -276,6 +276,9 @@ EXTENTS = [
     "input x: f16[S, 4]\n output y = reduce_mean(x, axis = 0, keepdims = true)",
     "input x: f32[4, S]\n output y = reduce_max(neg(x) - 1.0, axis = [-1])",
     "input x: f32[4, S]\n output y = slice(x, start = S - 1, axis = 1)",
+    "input x: f32[4, S]\n param g: f32[S]\n param b: f32[S]\n"
+    " output y = layernorm(x, g, b, axis = -1, eps = 1e-5)",
+    "input x: f16[S, 4]\n param g: f16[S]\n output y = rmsnorm(x, g, axis = 0, eps = 1e-6)",
     "input x: f16[S, 4]\n output y = relu(slice(x, start = -2, axis = 0))",
     "input x: f32[4, S]\n output y = slice(x, start = 0, stop = 2, axis = 1)",
     "input a: f16[4, S]\n input b: f16[S, 4]\n output y = a @ b",

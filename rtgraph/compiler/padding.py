@@ -15,8 +15,9 @@ differ; each op's padded axes must be exactly the ones
 carried to the same padded axes of its operands — the rule the tiling pass splits by, so a
 padded run computes its real elements as a tile of the gear's would. Some computations that
 do reduce or mix along a padded axis are kept all the same, by kernels told its real extent at
-run time (:mod:`rtgraph.ops.extents`): a softmax along it, a reduction over it alone, a
-matmul's columns and its inner dimension. The plan lists those ops
+run time (:mod:`rtgraph.ops.extents`): a softmax or a norm along it, a reduction over it
+alone, a matmul's columns and its inner dimension, and a slice of it told where it starts. The
+plan lists those ops
 (:attr:`PadPlan.extents`); :func:`with_extents` marks them in the gear's program before it is
 compiled (:func:`gear_extents` finds them), and :meth:`PadPlan.bind` sets the run's values on
 the compiled tasks. What the padding holds never reaches a real element, so it may be

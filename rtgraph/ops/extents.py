@@ -2,12 +2,13 @@
 
 A program compiled for the gear above a run's size runs on zero-padded inputs
 (:mod:`rtgraph.compiler.padding`). Most ops compute each element along a padded axis on its
-own, so the padding never reaches a real element. Some do not: a ``softmax`` normalises along
-its axis, a reduction reduces over it, and a ``matmul`` sums along its inner dimension (and
-BLAS blocks its columns by the call's width, so a real column's bits depend on how many columns
-share the call). A dynamic-shape kernel, as Ascend's take their tiling data at launch, is told
-how much of such an axis is real and computes on that part alone — the same arithmetic, in
-calls of the same shape, as the program at the real size, so the run stays bit for bit.
+own, so the padding never reaches a real element. Some do not: a ``softmax`` (or a layernorm,
+an rmsnorm) normalises along its axis, a reduction reduces over it, and a ``matmul`` sums
+along its inner dimension (and BLAS blocks its columns by the call's width, so a real
+column's bits depend on how many columns share the call). A dynamic-shape kernel, as
+Ascend's take their tiling data at launch, is told how much of such an axis is real and
+computes on that part alone — the same arithmetic, in calls of the same shape, as the program
+at the real size, so the run stays bit for bit.
 
 The compiler marks such an op with ``<extent>_of = "S"`` (an attribute a program cannot write:
 the dynamic parameter whose value is the extent); a padded run binds it, setting
@@ -19,6 +20,8 @@ zeros.
 op         extent      operand axes cut to it                                 result axis
 =========  ==========  =====================================================  ==============
 softmax    ``length``  the normalised axis                                    the same
+layernorm  ``length``  the normalised axis; gamma's and beta's only one       the same
+rmsnorm    ``length``  the same                                               the same
 reduce_*   ``length``  the one reduced axis (a mean divides by the extent)    none (reduced)
 matmul     ``cols``    the right operand's last (its columns)                 the last
 matmul     ``inner``   the left operand's last and the right's second-last   none (summed)
@@ -61,6 +64,7 @@ EXTENTS: dict[str, tuple[str, ...]] = {
     "softmax": ("length",),
     "matmul": ("cols", "inner"),
     **{op: ("length",) for op in ("reduce_sum", "reduce_mean", "reduce_max")},
+    **{op: ("length",) for op in ("layernorm", "rmsnorm")},
 }
 _NAMES = frozenset(name for names in EXTENTS.values() for name in names)
 _POSITIONS = frozenset(name for names in POSITIONS.values() for name in names)
@@ -74,6 +78,9 @@ def axes_of(
     if op == "softmax":
         ax = attrs.get("axis", -1) % types[0].rank
         return (ax,), ax
+    if op in ("layernorm", "rmsnorm"):  # x along its axis, gamma and beta along theirs
+        ax = attrs.get("axis", -1) % types[0].rank
+        return (ax, *(0 for _ in types[1:])), ax
     if op != "matmul":  # a reduction: along its one axis, which its result keeps as 1 or drops
         ax = reduced_axis(attrs, types[0].rank)
         return (ax,), None

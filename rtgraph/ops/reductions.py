@@ -94,6 +94,7 @@ def _norm_rule(name: str, channel_axis: int | None = None):
                 )
         at_least(name, "eps", attrs["eps"], 0)
         same_dtype(name, types)
+        check_extents(name, types, attrs)
         for i, label in enumerate(("gamma", "beta")[: len(types) - 1], 1):
             vector_of(name, types[i], i, label, x.shape[ax], where)
         return x
@@ -116,17 +117,26 @@ def _standardise(x: np.ndarray, ax: int, eps: float) -> np.ndarray:
     return d / np.sqrt(np.mean(d * d, axis=ax, keepdims=True) + f32(eps))
 
 
-def _layernorm_kernel(arrays: Arrays, attrs: Attrs) -> np.ndarray:
+def _along_length(arrays: Arrays, attrs: Attrs) -> tuple[np.ndarray, Arrays, int, int]:
+    """A layernorm's or rmsnorm's operands cut to the first ``length`` elements of its axis
+    when a padded run binds that (:mod:`.extents`) — ``x`` along the axis, gamma and beta
+    along theirs — with the axis and its full extent."""
     x = wide(arrays[0])
     ax = attrs["axis"] % x.ndim
-    return _affine(_standardise(x, ax, attrs["eps"]), arrays[1:], ax)
+    full = x.shape[ax]
+    n = extent(attrs, "length", full)
+    return cut(x, ax, n), [cut(p, 0, n) for p in arrays[1:]], ax, full
+
+
+def _layernorm_kernel(arrays: Arrays, attrs: Attrs) -> np.ndarray:
+    x, params, ax, full = _along_length(arrays, attrs)
+    return zero_past(_affine(_standardise(x, ax, attrs["eps"]), params, ax), ax, full)
 
 
 def _rmsnorm_kernel(arrays: Arrays, attrs: Attrs) -> np.ndarray:
-    x = wide(arrays[0])
-    ax = attrs["axis"] % x.ndim
+    x, params, ax, full = _along_length(arrays, attrs)
     y = x / np.sqrt(np.mean(x * x, axis=ax, keepdims=True) + f32(attrs["eps"]))
-    return _affine(y, arrays[1:], ax)
+    return zero_past(_affine(y, params, ax), ax, full)
 
 
 def _groupnorm_kernel(arrays: Arrays, attrs: Attrs) -> np.ndarray:
