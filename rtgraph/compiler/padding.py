@@ -44,6 +44,7 @@ from rtgraph.ir.graph import HostCopyNode, OpNode, Program
 from rtgraph.ir.reference import program_flops
 from rtgraph.ops import extents, lookup
 from rtgraph.ops.registry import OpError
+from rtgraph.ops.rules import axes
 from rtgraph.stream_program.program import StreamProgram, Task
 
 
@@ -219,17 +220,11 @@ def _split(node: OpNode, axis: int, types: Sequence[TensorType], out: TensorType
 
 def _kept_axis(node: OpNode, axis: int, operand: TensorType) -> Split | None:
     """The operand axis a reduction's result axis ``axis`` is (None for a reduced one)."""
-    given = node.attrs.get("axis")
-    rank = operand.rank
-    reduced = set(range(rank)) if given is None else {a % rank for a in _as_tuple(given)}
+    reduced = axes(node.op, node.attrs.get("axis"), operand.rank)
     if node.attrs.get("keepdims"):
         return None if axis in reduced else (axis,)
-    kept = [a for a in range(rank) if a not in reduced]
+    kept = [a for a in range(operand.rank) if a not in reduced]
     return (kept[axis],) if axis < len(kept) else None
-
-
-def _as_tuple(value: int | Sequence[int]) -> tuple[int, ...]:
-    return tuple(value) if isinstance(value, (list, tuple)) else (value,)
 
 
 def _refuse(message: str, span: Span | None, names: str, hint: str | None = None) -> CheckError:
@@ -372,9 +367,10 @@ def _check_op(
 
     if _leading_reshape(node, dyn, types, r_types, out, r_out):
         return {}
-    marks, cut = _extents(node, dyn, types, r_types, moved, names)
     if node.op in extents.POSITIONS:
         marks, cut = _positions(node, r_node, dyn, types, r_types, moved)
+    else:
+        marks, cut = _extents(node, dyn, types, r_types, moved, names)
     for j, a in cut:
         if j >= 0:
             carried[j].add(a)
@@ -449,10 +445,11 @@ def _extents(
     names: str,
 ) -> tuple[dict[str, str | int], set[tuple[int, int]]]:
     """The run-time extents (:mod:`rtgraph.ops.extents`) ``node`` needs: where its kernel may
-    compute on the real part of a padded axis alone — a softmax along it, a matmul's columns or
-    inner dimension — each cut axis's extent must be one dynamic parameter's value at the gear
-    and at the run, so the run can tell the kernel. Returns the marks, and the (operand,
-    axis) pairs cut — operand -1 for the result axis the kernel zero-fills."""
+    compute on the real part of a padded axis alone — a softmax or a norm along it, a reduction
+    over it, a matmul's columns or inner dimension — each cut axis's extent must be one dynamic
+    parameter's value at the gear and at the run, so the run can tell the kernel. Returns the
+    marks, and the (operand, axis) pairs cut — operand -1 for the result axis the kernel
+    zero-fills."""
     marks: dict[str, str | int] = {}
     cut: set[tuple[int, int]] = set()
     if node.op == "matmul" and min(t.rank for t in types) < 2:

@@ -105,9 +105,8 @@ def _matmul_infer(types: Types, attrs: Attrs) -> TensorType:
         ) from None
     rows = a.shape[-2:-1] if a.rank >= 2 else ()
     cols = b.shape[-1:] if b.rank >= 2 else ()
-    out = TensorType((*batch, *rows, *cols), result_dtype(dtype))
     check_extents("matmul", types, attrs)
-    return out
+    return TensorType((*batch, *rows, *cols), result_dtype(dtype))
 
 
 def _matmul_cost(types: Types, out: TensorType, attrs: Attrs) -> Cost:

@@ -37,6 +37,7 @@ import numpy as np
 
 from rtgraph.dtypes import TensorType
 from rtgraph.ops.registry import OpError
+from rtgraph.ops.rules import axes
 
 __all__ = [
     "EXTENTS",
@@ -67,7 +68,8 @@ EXTENTS: dict[str, tuple[str, ...]] = {
     **{op: ("length",) for op in ("layernorm", "rmsnorm")},
 }
 _NAMES = frozenset(name for names in EXTENTS.values() for name in names)
-_POSITIONS = frozenset(name for names in POSITIONS.values() for name in names)
+#: Every name a run may set, extent or position: what ``<name>_of`` marks.
+_MARKABLE = _NAMES | frozenset(name for names in POSITIONS.values() for name in names)
 
 
 def axes_of(
@@ -119,14 +121,11 @@ def check(op: str, types: Sequence[TensorType], attrs: Mapping[str, Any]) -> Non
 
 
 def reduced_axis(attrs: Mapping[str, Any], rank: int) -> int | None:
-    """The one axis a reduction's ``axis`` attribute names (an int or a list of one), as a
-    non-negative index; None for several, or all."""
-    ax = attrs.get("axis")
-    if isinstance(ax, (list, tuple)):
-        ax = ax[0] if len(ax) == 1 else None
-    if isinstance(ax, bool) or not isinstance(ax, int) or not -rank <= ax < rank:
-        return None
-    return ax % rank
+    """The one axis a reduction's (checked) ``axis`` attribute names — an int or a list of
+    one — as a non-negative index; None for several, or all."""
+    given = attrs.get("axis")
+    reduced = () if given is None else axes("reduce", given, rank)
+    return reduced[0] if len(reduced) == 1 else None
 
 
 def extent(attrs: Mapping[str, Any], name: str, full: int) -> int:
@@ -178,15 +177,15 @@ def bind(attrs: Mapping[str, Any], values: Mapping[str, int]) -> dict[str, Any] 
     """``attrs`` with every ``<extent>_of`` parameter's value from ``values`` set as the
     extent — a position (:data:`POSITIONS`) that value plus its ``_shift`` — or None when
     nothing in them is marked."""
-    marked = [k for k in attrs if k.endswith("_of") and k[:-3] in _NAMES | _POSITIONS]
+    marked = _marked(attrs)
     if not marked:
         return None
     return {
         **attrs,
         **{
-            k[:-3]: int(values[attrs[k]]) + int(attrs.get(f"{k[:-3]}_shift", 0))
-            for k in marked
-            if attrs[k] in values
+            name: int(values[attrs[f"{name}_of"]]) + int(attrs.get(f"{name}_shift", 0))
+            for name in marked
+            if attrs[f"{name}_of"] in values
         },
     }
 
@@ -201,11 +200,14 @@ def describe(op: str, attrs: Mapping[str, Any]) -> str:
     return f" [{' '.join(marks)}]" if marks else ""
 
 
+def _marked(attrs: Mapping[str, Any]) -> list[str]:
+    """The names ``attrs`` marks for a run to set (``cols`` for ``cols_of``)."""
+    return [k[:-3] for k in attrs if k.endswith("_of") and k[:-3] in _MARKABLE]
+
+
 def _marks(attrs: Mapping[str, Any]) -> list[str]:
-    marks = []
-    for key, value in attrs.items():
-        name = key[:-3]
-        if key.endswith("_of") and name in _NAMES | _POSITIONS:
-            shift = attrs.get(f"{name}_shift", 0)
-            marks.append(f"{name}={value}" + (f"{shift:+d}" if shift else ""))
-    return marks
+    shifts = {name: attrs.get(f"{name}_shift", 0) for name in _marked(attrs)}
+    return [
+        f"{name}={attrs[f'{name}_of']}" + (f"{shift:+d}" if shift else "")
+        for name, shift in shifts.items()
+    ]
