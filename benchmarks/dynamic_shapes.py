@@ -116,7 +116,7 @@ def attention(numerics: bool) -> None:
         result = api.run(compiled, padding=plan, seed=s)
         expected = api.reference(api.bind_gear(geared, {"S": s}), seed=s)
         equal = all(r["equal"] for r in api.compare(result.outputs, expected).values())
-        print(f"S = {s} under the range: {plan.describe()}")
+        print(f"S = {s} under the range: {result.padding.describe()}")
         print(f"S = {s} under the range, with numerics: {'bit-equal' if equal else 'DIFFERS'}")
     print()
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -22,7 +23,8 @@ from rtgraph import emulator, frontend
 from rtgraph.compiler import CompileOptions, compile_program
 from rtgraph.compiler.optimizer.levels import DEFAULT_LEVEL
 from rtgraph.compiler.optimizer.pipeline import as_checked as _as_checked
-from rtgraph.compiler.padding import PadPlan, gear_extents, pad_plan, with_extents
+from rtgraph.compiler.padding import PadPlan, gear_padding, pad_plan, with_extents
+from rtgraph.compiler.real_dims import META as REAL_DIMS
 from rtgraph.compiler.scheduling.policies import StreamPolicy
 from rtgraph.device import check_compatibility, load_device, load_named_device
 from rtgraph.device.spec import DeviceSpec
@@ -173,7 +175,7 @@ def compile_gears(
     compiled = []
     for values in map(dict, bound):
         # the ops a run padded to this gear tells the real extents, marked (rtgraph.ops.extents)
-        marked = with_extents(at(values), gear_extents(program.ranges, values, at))
+        marked = with_extents(at(values), *gear_padding(program.ranges, values, at))
         compiled.append((values, compile_program(marked, spec, options)))
     return GearedProgram(
         program.name, dict(program.gears), tuple(compiled), dict(program.ranges), fixed
@@ -307,7 +309,9 @@ def run(
     elif padding is not None:
         inputs = None
     if padding is not None:
-        program = padding.bind(program)  # the kernels told where each axis's real part ends
+        # the kernels told where each axis's real part ends, each task timed at its real shapes
+        program = padding.bind(program, spec)
+        padding = replace(padding, timed=REAL_DIMS in program.meta)
     result = emulator.run(
         program,
         spec,

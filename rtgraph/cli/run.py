@@ -54,6 +54,7 @@ def padding_json(plan: PadPlan) -> dict:
         "flops": plan.flops,
         "padded_flops": plan.padded_flops,
         "wasted": plan.wasted,
+        "timed_at_real_shapes": plan.timed,
     }
 
 
@@ -124,8 +125,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         data["check"] = mode
         data["reference_elements"] = {k: v["checked"] for k, v in report.items()}
         data["policy"] = compiled.meta.get("policy")
-        if plan is not None:
-            data["padding"] = padding_json(plan)
+        if result.padding is not None:
+            data["padding"] = padding_json(result.padding)
         if precision is not None:
             data["precision"] = precision_json(precision)
         if moved is not None:
@@ -138,8 +139,8 @@ def cmd_run(args: argparse.Namespace) -> int:
         print()
         for line in compile_report(compiled):
             print(f"compiler: {line}")
-        if plan is not None:
-            print(f"\n{plan.describe()}")
+        if result.padding is not None:
+            print(f"\n{result.padding.describe()}")
         if program is None:
             print(f"\nno check against the reference interpreter: {NO_REFERENCE}")
         elif mode == "none" and not args.timing_only:

@@ -37,15 +37,21 @@ from typing import Any
 
 import numpy as np
 
-from rtgraph.compiler.optimizer.split_axes import Split, operand_axes
+from rtgraph.compiler.axis_map import split_of
+from rtgraph.compiler.optimizer.split_axes import Split
+from rtgraph.compiler.real_dims import retime
+from rtgraph.device.spec import DeviceSpec
 from rtgraph.dtypes import TensorType
 from rtgraph.errors import CheckError, InputError, Span
 from rtgraph.ir.graph import HostCopyNode, OpNode, Program
 from rtgraph.ir.reference import program_flops
 from rtgraph.ops import extents, lookup
 from rtgraph.ops.registry import OpError
-from rtgraph.ops.rules import axes
 from rtgraph.stream_program.program import StreamProgram, Task
+
+#: The tensors a program's data enters by: a padded run pads them, and every other value's
+#: real extents follow from theirs.
+HOST_KINDS = frozenset({"input", "param", "const"})
 
 
 @dataclass(frozen=True)
@@ -67,6 +73,14 @@ class PadPlan:
     #: each one's index in the program's nodes and the attributes that mark it
     #: (``{"length_of": "S"}``) — what the gear's compiled program carries
     extents: dict[int, dict[str, str | int]] = field(default_factory=dict)
+    #: the axes of each host tensor (input, param, const) whose extent the parameters set,
+    #: and that tensor's real shape: what every task's real shapes are worked out from
+    #: (:mod:`rtgraph.compiler.real_dims`)
+    padded: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    hosts: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    #: set on a run's plan (its result's ``padding``): whether the run timed its tasks at
+    #: their real shapes (a program compiled with real extents) or at the gear's
+    timed: bool = False
 
     @property
     def wasted(self) -> float:
@@ -93,23 +107,31 @@ class PadPlan:
             for name, value in outputs.items()
         }
 
-    def bind(self, program: StreamProgram) -> StreamProgram:
+    def bind(self, program: StreamProgram, spec: DeviceSpec | None = None) -> StreamProgram:
         """``program`` (the gear's, compiled) with each marked task's run-time extents set to
-        the run's values (:func:`rtgraph.ops.extents.bind`), inside fused bodies too."""
+        the run's values (:func:`rtgraph.ops.extents.bind`), inside fused bodies too; given
+        the device, every task is timed at its real shapes too
+        (:func:`rtgraph.compiler.real_dims.retime`)."""
         tasks, changed = list(program.tasks), False
         for k, task in enumerate(tasks):
             attrs = _bound(task.op, task.attrs, self.values)
             if attrs is not None:
                 _same_result(task, attrs, self.values)
                 tasks[k], changed = replace(task, attrs=attrs), True
-        return replace(program, tasks=tuple(tasks)) if changed else program
+        bound = replace(program, tasks=tuple(tasks)) if changed else program
+        return bound if spec is None else retime(bound, self.hosts, spec)
 
     def describe(self) -> str:
         """One line for a run's report."""
         moved = ", ".join(f"{n} {v} → {self.gear[n]}" for n, v in self.values.items())
+        timed = (
+            "each task timed at its real shapes"
+            if self.timed
+            else "tasks timed at the gear's shapes (the program holds no real extents)"
+        )
         return (
-            f"padded to the gear above: {moved}; {self.padded_flops:,} flops run, "
-            f"{self.padded_flops - self.flops:,} ({self.wasted:.1%}) of them on padding"
+            f"padded to the gear above: {moved}; the gear's {self.padded_flops:,} flops, "
+            f"{self.padded_flops - self.flops:,} ({self.wasted:.1%}) of them on padding; {timed}"
         )
 
 
@@ -157,23 +179,43 @@ def gear_extents(
 ) -> dict[int, dict[str, str | int]]:
     """The ops of the program bound at the gear combination ``values`` (``bind`` binds one)
     that a run padded to it must tell where an axis's real part ends, by node index, with
-    their marks (``{"cols_of": "S"}``): none where no run pads to it. Each ranged parameter's
-    axes are found against its own lower end, the others where they are, so that two ranges
-    with the same ends never leave an axis's parameter in doubt."""
+    their marks (``{"cols_of": "S"}``): none where no run pads to it."""
+    return gear_padding(ranges, values, bind)[0]
+
+
+def gear_padding(
+    ranges: Mapping[str, tuple[int, int]],
+    values: Mapping[str, int],
+    bind: Callable[[dict[str, int]], Program],
+) -> tuple[dict[int, dict[str, str | int]], dict[str, tuple[int, ...]]]:
+    """:func:`gear_extents`' marks, and the axes of the host tensors (inputs, params, consts)
+    that a run padded to the gear ``values`` pads (:attr:`PadPlan.padded`). Each ranged
+    parameter's axes are found against its own lower end, the others where they are, so that
+    two ranges with the same ends never leave an axis's parameter in doubt."""
     marks: dict[int, dict[str, str | int]] = {}
+    padded: dict[str, set[int]] = {}
     for name, (lo, _) in ranges.items():
         low = {**values, name: lo}
         if low != values:
             plan = pad_plan(bind(low), bind(dict(values)), low, values)
             for k, found in plan.extents.items():
                 marks.setdefault(k, {}).update(found)
-    return marks
+            for tensor, axes in plan.padded.items():
+                padded.setdefault(tensor, set()).update(axes)
+    return marks, {tensor: tuple(sorted(axes)) for tensor, axes in padded.items()}
 
 
-def with_extents(program: Program, marks: Mapping[int, Mapping[str, str | int]]) -> Program:
+def with_extents(
+    program: Program,
+    marks: Mapping[int, Mapping[str, str | int]],
+    padded: Mapping[str, tuple[int, ...]] | None = None,
+) -> Program:
     """``program`` with the ops at ``marks``' node indices marked so (:func:`gear_extents`:
-    ``length_of = "S"``, :mod:`rtgraph.ops.extents`): what a gear is compiled from, so that a
-    padded run can bind the extents."""
+    ``length_of = "S"``, :mod:`rtgraph.ops.extents`) and its host tensors' ``padded`` axes
+    noted (:func:`gear_padding`): what a gear is compiled from, so that a padded run can bind
+    the extents and time every task at its real shapes (:mod:`rtgraph.compiler.real_dims`)."""
+    if padded:
+        program = replace(program, padded=dict(padded))
     if not marks:
         return program
     nodes = list(program.nodes)
@@ -194,37 +236,6 @@ def describe_extents(program: Program, marks: Mapping[int, Mapping[str, str | in
         part = f"{op}{_where(node.span)} {extents.describe(op, found).strip(' []')}"
         counts[part] = counts.get(part, 0) + 1
     return ", ".join(part + (f" ×{n}" if n > 1 else "") for part, n in counts.items())
-
-
-#: Ops that compute each sample — axis 0 of their first operand and of their result — by
-#: calls of their own (a convolution's batched matmul, a pooling's or a normalisation's
-#: reductions within the sample), the other operands (weights, statistics) needed whole. The
-#: tiling pass does not cut along it (its cost model has no sample tiles), so the rule is
-#: padding's.
-PER_SAMPLE = frozenset({"conv2d", "pool2d", "groupnorm", "batchnorm", "lrn"})
-
-
-def _split(node: OpNode, axis: int, types: Sequence[TensorType], out: TensorType) -> Split | None:
-    """:func:`operand_axes`, axis 0 of a :data:`PER_SAMPLE` op, any axis of a slice but the
-    one it cuts, and any axis a reduction keeps (the tiling pass cuts neither slices nor
-    reductions: NumPy sums each result element of a reduction on its own, in an order that
-    depends only on the reduced axes)."""
-    if node.op in PER_SAMPLE and axis == 0:
-        return (0, *(None for _ in types[1:]))
-    if node.op == "slice" and node.attrs.get("axis", 0) % out.rank != axis:
-        return (axis,)
-    if node.op.startswith("reduce_"):
-        return _kept_axis(node, axis, types[0])
-    return operand_axes(node, axis, types, out)
-
-
-def _kept_axis(node: OpNode, axis: int, operand: TensorType) -> Split | None:
-    """The operand axis a reduction's result axis ``axis`` is (None for a reduced one)."""
-    reduced = axes(node.op, node.attrs.get("axis"), operand.rank)
-    if node.attrs.get("keepdims"):
-        return None if axis in reduced else (axis,)
-    kept = [a for a in range(operand.rank) if a not in reduced]
-    return (kept[axis],) if axis < len(kept) else None
 
 
 def _refuse(message: str, span: Span | None, names: str, hint: str | None = None) -> CheckError:
@@ -302,6 +313,8 @@ def pad_plan(
         flops=program_flops(real),
         padded_flops=program_flops(padded),
         extents=marked,
+        padded={n: axes for n, axes in dyn.items() if padded.tensors[n].kind in HOST_KINDS},
+        hosts={n: real.tensors[n].type.shape for n in dyn if padded.tensors[n].kind in HOST_KINDS},
     )
 
 
@@ -377,8 +390,8 @@ def _check_op(
     for axis in dyn.get(node.output, ()):
         if (-1, axis) in cut:
             continue  # zeros past the real extent, written by the kernel
-        split = _split(node, axis, types, out)
-        if split is None or not _alike(split, _split(r_node, axis, r_types, r_out), axis):
+        split = split_of(node, axis, types, out)
+        if split is None or not _alike(split, split_of(r_node, axis, r_types, r_out), axis):
             raise _refuse(
                 f"{what} does not compute its result's elements along axis {axis} "
                 f"independently of each other, and {names} sets that axis's extent: padding "

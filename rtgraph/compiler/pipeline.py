@@ -26,6 +26,8 @@ from rtgraph.compiler.passes.lower import lower
 from rtgraph.compiler.passes.memory_plans import AFTER_STREAMS
 from rtgraph.compiler.passes.order_submissions import order_submissions
 from rtgraph.compiler.passes.plan_memory import plan_memory, plan_provisional_memory
+from rtgraph.compiler.real_dims import META as REAL_DIMS
+from rtgraph.compiler.real_dims import encode, value_dims
 from rtgraph.compiler.replays import mark_replays, replays_of
 from rtgraph.compiler.taskgraph import TaskGraph
 from rtgraph.device.spec import DeviceSpec
@@ -96,11 +98,15 @@ def compile_program(
     gc.disable()  # the passes build many small acyclic objects; collections only cost time
     try:
         graph: Any = optimize(program, bound)
+        # a ranged gear: each value's real extents, so a padded run times its real work
+        dims = value_dims(graph, program.padded) if program.padded else None
         for pass_ in pipeline(bound):
             graph = pass_(graph, bound)
             if bound.check and isinstance(graph, TaskGraph):
                 check_graph(graph, after=pass_.__name__)
         compiled = mark_replays(graph, replays_of(program))  # `replay step N`: graph launches
+        if dims:
+            compiled.meta[REAL_DIMS] = encode(dims)
         if folds(program, bound):  # what a run is checked against, from the .json too
             compiled.meta["batchnorms_folded"] = True
         return compiled

@@ -186,6 +186,10 @@ class Program:
     #: the ends of each dynamic parameter declared with a range (``B: dyn 1..64``), whose
     #: gears are :func:`rtgraph.frontend.gears.range_gears`; a run between them is padded
     ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
+    #: on a ranged gear's program: the axes of each host tensor that a run padded to the gear
+    #: pads — the compile records every value's real extents as functions of them
+    #: (:mod:`rtgraph.compiler.real_dims`)
+    padded: dict[str, tuple[int, ...]] = field(default_factory=dict)
     #: each ``replay step N`` unrolled into ``nodes``: (graph, replay index, the tensors its
     #: ops made, the statement's span) — :mod:`rtgraph.compiler.replays` marks its launches
     graph_replays: tuple[Replay, ...] = ()

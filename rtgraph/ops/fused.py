@@ -80,10 +80,14 @@ def _bad(k: int, problem: str) -> OpError:
     return OpError(f"fused: body step {k}: {problem}", attr="body", kind="attr")
 
 
-def step_types(types: Sequence[TensorType], body: Any, unit: Any = "vector") -> list[TensorType]:
+def step_types(
+    types: Sequence[TensorType], body: Any, unit: Any = "vector", *, as_stored: bool = True
+) -> list[TensorType]:
     """The type of every value of a fused body — its inputs', then each step's — checking each
     step as the op's own rule would, and a ``cube`` body's shape: a Cube head, then a chain of
-    epilogues (a body read from a file is untrusted)."""
+    epilogues (a body read from a file is untrusted). Each step's type must be the one the body
+    stores, unless ``as_stored`` is off (the body run on operands of other shapes: a padded
+    run's real ones, :mod:`rtgraph.compiler.real_dims`)."""
     if unit not in UNITS:
         raise OpError(
             f"fused: unit must be 'vector' or 'cube', got {unit!r}", attr="unit", kind="attr"
@@ -109,7 +113,7 @@ def step_types(types: Sequence[TensorType], body: Any, unit: Any = "vector") -> 
             out = op.infer([values[a] for a in args], _attr_dict(attrs))
         except (OpError, KeyError, TypeError, ValueError) as e:
             raise _bad(k, str(e)) from None
-        if (out.dtype, tuple(out.shape)) != (dtype, tuple(shape)):
+        if as_stored and (out.dtype, tuple(out.shape)) != (dtype, tuple(shape)):
             raise _bad(k, f"{name} gives {out}, the body says {dtype}{list(shape)}")
         if unit == "cube" and k:
             kind = _epilogue_step(k, body[0][0], step, values, len(types), applied)
@@ -254,10 +258,14 @@ def _infer(types: Types, attrs: Attrs) -> TensorType:
 
 
 def _cost(types: Types, out: TensorType, attrs: Attrs) -> Cost:
+    return body_cost(types, out, attrs)
+
+
+def body_cost(types: Types, out: TensorType, attrs: Attrs, *, as_stored: bool = True) -> Cost:
     """The steps' flops (a Cube body's: its head's); each input read once, the output written
-    once."""
+    once (``as_stored``: see :func:`step_types`)."""
     unit = attrs.get("unit", "vector")
-    values = step_types(types, attrs["body"], unit)
+    values = step_types(types, attrs["body"], unit, as_stored=as_stored)
     steps = attrs["body"][:1] if unit == "cube" else attrs["body"]
     flops = 0
     for k, (name, args, step_attrs, _, _) in enumerate(steps):

@@ -1,0 +1,221 @@
+"""A padded run timed at its real shapes (issue 18, item 1): every value's real extent is worked
+out on the optimized program a gear is lowered from (``rtgraph.compiler.real_dims``), kept in
+the stream program, and evaluated at the run's real host shapes, so each task is charged the
+flops and bytes of the real work its kernel does — not the gear's."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rtgraph import api
+from rtgraph.compiler.options import CompileOptions
+from rtgraph.compiler.real_dims import META, Extent, op_dims
+from rtgraph.dtypes import TensorType
+from rtgraph.errors import StreamProgramError
+from rtgraph.stream_program.gears import geared_from_dict
+
+ATTENTION = Path("models/attention_naive.rtg").read_text()
+SHIPPED = "program attention_naive(S = 1024, D = 768, H = 12)"
+
+
+def _attention(params: str) -> str:
+    return ATTENTION.replace(SHIPPED, f"program attention_naive({params})")
+
+
+def _timed(program) -> list[tuple]:
+    """What the emulator times each task by."""
+    return [
+        (t.op, t.unit, t.flops, t.bytes_read, t.bytes_written, t.block_dim) for t in program.tasks
+    ]
+
+
+def _bound(geared, values: dict[str, int]):
+    """The program a run at ``values`` runs, bound (the gear's own at a gear)."""
+    compiled, plan = api.choose_gear(geared, values)
+    if plan is None:
+        return compiled, plan
+    return plan.bind(compiled, api.device_for(None, compiled.device)), plan
+
+
+def T(*shape: int) -> TensorType:
+    return TensorType(shape, "f16")
+
+
+X = Extent("x", 0, 1, 0, 1024)  # the rows of input x: 1,024 at the gear
+
+
+@pytest.mark.parametrize(
+    ("op", "attrs", "types", "out", "given", "want"),
+    [
+        # rows 256..512 of x: the real rows past 256, at most 256 of them
+        (
+            "slice",
+            {"axis": 0, "start": 256, "stop": 512},
+            [T(1024, 64)],
+            T(256, 64),
+            [(X, 64)],
+            (Extent("x", 0, 1, -256, 256), 64),
+        ),
+        # the two halves joined again are x's rows
+        (
+            "concat",
+            {"axis": 0},
+            [T(512, 64), T(512, 64)],
+            T(1024, 64),
+            [(X._replace(cap=512), 64), (Extent("x", 0, 1, -512, 512), 64)],
+            (X, 64),
+        ),
+        # halves out of order are not a leading block: taken whole
+        (
+            "concat",
+            {"axis": 0},
+            [T(512, 64), T(512, 64)],
+            T(1024, 64),
+            [(Extent("x", 0, 1, -512, 512), 64), (X._replace(cap=512), 64)],
+            None,
+        ),
+        # [S, H, E] -> [S, H·E]: rows kept; [S, E] -> [S·E]: scaled; [S·4] -> [S, 4]: divided
+        (
+            "reshape",
+            {"shape": (1024, 768)},
+            [T(1024, 12, 64)],
+            T(1024, 768),
+            [(X, 12, 64)],
+            (X, 768),
+        ),
+        (
+            "reshape",
+            {"shape": (65536,)},
+            [T(1024, 64)],
+            T(
+                65536,
+            ),
+            [(X, 64)],
+            (Extent("x", 0, 64, 0, 65536),),
+        ),
+        (
+            "reshape",
+            {"shape": (256, 4)},
+            [T(1024)],
+            T(256, 4),
+            [(Extent("x", 0, 4, 0, 1024),)],
+            (Extent("x", 0, 1, 0, 256), 4),
+        ),
+        ("transpose", {"perm": (1, 0)}, [T(1024, 64)], T(64, 1024), [(X, 64)], (64, X)),
+        # a matmul's rows from its left operand, its columns from its right one
+        ("matmul", {}, [T(1024, 64), T(64, 1024)], T(1024, 1024), [(X, 64), (64, X)], (X, X)),
+        # a softmax along the padded axis keeps it; a reduction over it drops it
+        ("softmax", {"axis": -1}, [T(8, 1024)], T(8, 1024), [(8, X)], (8, X)),
+        ("reduce_sum", {"axis": 1}, [T(8, 1024)], T(8), [(8, X)], None),
+        ("add", {}, [T(1024, 64), T(64)], T(1024, 64), [(X, 64), None], (X, 64)),
+    ],
+)
+def test_each_rule_carries_the_real_extent_of_an_axis(op, attrs, types, out, given, want):
+    assert op_dims(op, attrs, types, out, given) == want
+
+
+def test_an_extent_is_the_real_part_of_its_axis_clamped_to_the_gears():
+    tile = Extent("x", 0, 1, -256, 256)
+    assert [tile.at({"x": (n, 64)}) for n in (100, 256, 300, 777, 1024)] == [0, 0, 44, 256, 256]
+
+
+def test_untiled_a_padded_run_is_timed_task_for_task_as_the_static_compile():
+    """Without tiling (-O1) a gear's program has the static compile's tasks, and each is charged
+    the static compile's flops, bytes and block dim at every run size; under one stream the
+    timelines are then the same to the nanosecond."""
+    options = CompileOptions(opt_level=1, streams="single")
+    text = _attention("S: dyn 16..128 = 100, D = 64, H = 4")
+    geared = api.compile_gears(api.parse(text, "a.rtg"), options=options)
+    for s in (17, 40, 77, 100):
+        bound, plan = _bound(geared, {"S": s})
+        static = api.compile(api.parse(text, "a.rtg", {"S": s}), options=options)
+        assert _timed(bound) == _timed(static)
+        padded = api.run(bound, numerics=False).makespan_us
+        assert padded == pytest.approx(api.run(static, numerics=False).makespan_us, rel=1e-12)
+        gear = api.run(geared.select(plan.gear), numerics=False).makespan_us
+        assert padded < gear
+
+
+@settings(max_examples=12, deadline=None)
+@given(s=st.integers(129, 1023))
+def test_tiled_the_padded_runs_flops_are_the_real_programs(s):
+    """With tiling (-O2) the gear's tiles past the run's last real row are empty: the tasks'
+    flops add up to the static compile's at that size, whatever the tiling of either."""
+    geared = _ranged_attention()
+    bound, _ = _bound(geared, {"S": s})
+    static = api.compile(api.parse(_attention(f"S = {s}, D = 64, H = 4"), "a.rtg"))
+    assert sum(t.flops for t in bound.tasks) == sum(t.flops for t in static.tasks)
+    empty = [t for t in bound.tasks if t.op != "h2d" and t.flops == 0 and t.op == "matmul"]
+    assert all(t.bytes_read == t.bytes_written == 0 for t in empty)
+
+
+_GEARED: list = []
+
+
+def _ranged_attention():
+    if not _GEARED:
+        text = _attention("S: dyn 128..1024 = 512, D = 64, H = 4")
+        _GEARED.append(api.compile_gears(api.parse(text, "a.rtg")))
+    return _GEARED[0]
+
+
+def test_the_real_extents_survive_the_json_form():
+    geared = _ranged_attention()
+    again = geared_from_dict(json.loads(json.dumps(geared.to_dict())))
+    compiled, plan = api.choose_gear(geared, {"S": 300})
+    loaded, _ = api.choose_gear(again, {"S": 300})
+    assert loaded.meta[META] == compiled.meta[META]
+    spec = api.device_for(None, compiled.device)
+    assert _timed(plan.bind(loaded, spec)) == _timed(plan.bind(compiled, spec))
+
+
+@pytest.mark.parametrize(
+    ("junk", "message"),
+    [
+        ([], "must list the"),
+        ([1.5, 64], "an axis is an int"),
+        ([["x0", 0, 1, 0], 64], "is not \\[padded tensor"),
+        ([["nope", 0, 1, 0, 512], 64], "is not \\[padded tensor"),
+        ([["x0", 5, 1, 0, 512], 64], "is not \\[padded tensor"),
+        ([["x0", 0, 1, 0, 99], 64], "is not \\[padded tensor"),
+        ([["x0", 0, 2**50, 0, 512], 64], "is not \\[padded tensor"),
+        ([512, 65], "a whole axis of 65"),
+        ([True, 64], "an axis is an int"),
+        ("x", "must list the"),
+    ],
+)
+def test_a_tampered_entry_is_refused_before_the_run(junk, message):
+    """A file's extents are checked against the operand they describe: a wrong one is a
+    located refusal, never a traceback or a task timed at a shape it does not have."""
+    geared = _ranged_attention()
+    compiled, plan = api.choose_gear(geared, {"S": 300})
+    table = dict(compiled.meta[META])
+    assert table["x0"][1] == 64
+    table["x0"] = junk
+    tampered = replace(compiled, meta={**compiled.meta, META: table})
+    with pytest.raises(StreamProgramError, match=message):
+        api.run(tampered, numerics=False, padding=plan)
+    with pytest.raises(StreamProgramError, match="must map value names"):
+        api.run(replace(compiled, meta={META: [1]}), numerics=False, padding=plan)
+
+
+def test_a_program_without_real_extents_is_timed_at_the_gears_shapes_and_says_so():
+    """A gear compiled before real extents (its file has none) still runs padded; the report
+    says its tasks were timed as the gear's."""
+    geared = _ranged_attention()
+    compiled, plan = api.choose_gear(geared, {"S": 300})
+    bare = replace(compiled, meta={k: v for k, v in compiled.meta.items() if k != META})
+    run = api.run(bare, numerics=False, padding=plan)
+    gear = api.run(compiled, numerics=False)
+    assert run.makespan_us == gear.makespan_us and not run.padding.timed
+    assert run.padding.describe().endswith(
+        "tasks timed at the gear's shapes (the program holds no real extents)"
+    )
+    timed = api.run(compiled, numerics=False, padding=plan)
+    assert timed.padding.timed and timed.makespan_us < gear.makespan_us
