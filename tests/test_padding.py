@@ -42,6 +42,15 @@ def _geared(text: str = MLP, **params: int):
     return api.compile_gears(api.parse(text, "r.rtg", params or None))
 
 
+def _assert_timed_as_static(geared, values: dict[str, int], plan) -> None:
+    """A padded run's tasks, timed at its real shapes (``rtgraph.compiler.real_dims``), do the
+    static compile's flops at ``values``, whatever either tiled."""
+    compiled, _ = api.choose_gear(geared, values)
+    timed = plan.bind(compiled, api.device_for(None, compiled.device))
+    static = api.compile(api.bind_gear(geared, values))
+    assert sum(t.flops for t in timed.tasks) == sum(t.flops for t in static.tasks)
+
+
 def _run_padded(geared, values: dict[str, int], seed: int = 1):
     compiled, plan = api.choose_gear(geared, values)
     result = api.run(compiled, seed=seed, padding=plan)
@@ -114,6 +123,7 @@ def test_every_value_of_the_range_runs_bit_equal_to_the_reference_at_its_own_siz
         assert plan.wasted == pytest.approx(1 - b / gear, rel=1e-9)
         assert f"B {b} → {gear}" in plan.describe()
         assert result.padding.describe().endswith("; each task timed at its real shapes")
+        _assert_timed_as_static(geared, {"B": b}, plan)
 
 
 CNN = """\
@@ -134,6 +144,8 @@ def test_a_batch_of_samples_through_convolutions_and_norms_pads_bit_for_bit():
         result, expected, plan = _run_padded(geared, {"N": n})
         assert (plan is not None) == (n == 3)
         np.testing.assert_array_equal(result.outputs["y"], expected["y"])
+        if plan is not None:
+            _assert_timed_as_static(geared, {"N": n}, plan)
 
 
 @pytest.mark.parametrize("streams", ["single", "by-unit", "list"])
@@ -535,6 +547,8 @@ def test_random_row_programs_run_padded_bit_equal_to_the_reference(case, data):
         assert result.outputs[name].shape[0] == b
         np.testing.assert_array_equal(result.outputs[name], value)
     assert not result.races
+    if plan is not None:
+        _assert_timed_as_static(geared, {"B": b}, plan)
 
 
 def test_shapes_takes_a_range_of_values_and_counts_the_runs_before_listing_them():
@@ -648,11 +662,8 @@ def test_a_range_is_refused_or_every_padded_run_is_bit_equal(text, data):
         result, expected, plan = _run_padded(geared, {"B": b}, seed=b)
         for name, value in expected.items():
             np.testing.assert_array_equal(result.outputs[name], value)
-        if plan is not None:  # timed at the real shapes: the static compile's flops at b
-            compiled, _ = api.choose_gear(geared, {"B": b})
-            timed = plan.bind(compiled, api.device_for(None, compiled.device))
-            static = api.compile(api.bind_gear(geared, {"B": b}))
-            assert sum(t.flops for t in timed.tasks) == sum(t.flops for t in static.tasks)
+        if plan is not None:
+            _assert_timed_as_static(geared, {"B": b}, plan)
 
 
 _JUNK = st.recursive(
@@ -764,10 +775,7 @@ def test_bundled_models_with_a_batch_or_sequence_range_pad_bit_for_bit(
     assert plan is not None and plan.values == {name: value}
     for out, array in expected.items():
         np.testing.assert_array_equal(result.outputs[out], array)
-    compiled, _ = api.choose_gear(geared, {name: value})
-    timed = plan.bind(compiled, api.device_for(None, compiled.device))
-    static = api.compile(api.bind_gear(geared, {name: value}))
-    assert sum(t.flops for t in timed.tasks) == sum(t.flops for t in static.tasks)
+    _assert_timed_as_static(geared, {name: value}, plan)
 
 
 @pytest.mark.parametrize(

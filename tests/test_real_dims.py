@@ -6,6 +6,8 @@ flops and bytes of the real work its kernel does — not the gear's."""
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -219,3 +221,53 @@ def test_a_program_without_real_extents_is_timed_at_the_gears_shapes_and_says_so
     )
     timed = api.run(compiled, numerics=False, padding=plan)
     assert timed.padding.timed and timed.makespan_us < gear.makespan_us
+
+
+_JUNK = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**70), 2**70) | st.text(max_size=4),
+    lambda inner: st.lists(inner, max_size=6),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=100, deadline=None)
+@given(junk=_JUNK, at=st.integers(0, 10**6), axis=st.integers(0, 3))
+def test_junk_in_a_files_extents_is_refused_or_bounded_never_a_traceback(junk, at, axis):
+    """Whatever a file holds for a value's axes, a run either refuses it (a
+    StreamProgramError naming the entry) or times every task at no more than the gear's
+    shapes."""
+    geared = _ranged_attention()
+    compiled, plan = api.choose_gear(geared, {"S": 300})
+    table = dict(compiled.meta[META])
+    name = sorted(table)[at % len(table)]
+    entry = list(table[name])
+    if isinstance(junk, list) and len(junk) == 5:
+        entry[axis % len(entry)] = junk  # a five-field axis: what an extent looks like
+    else:
+        entry = junk
+    tampered = replace(compiled, meta={**compiled.meta, META: {**table, name: entry}})
+    spec = api.device_for(None, compiled.device)
+    try:
+        bound = plan.bind(tampered, spec)
+    except StreamProgramError:
+        return
+    gear = {t.id: t for t in compiled.tasks}
+    assert all(t.flops <= gear[t.id].flops for t in bound.tasks)
+    assert api.run(bound, numerics=False).makespan_us > 0
+
+
+def test_a_tampered_file_is_refused_by_the_cli_with_status_1(tmp_path: Path):
+    data = _ranged_attention().to_dict()
+    for entry in data["programs"]:
+        table = entry["program"]["meta"].get(META)
+        if table:
+            table["x0"] = [["x0", 0, 1, 0, 3], 64]
+    path = tmp_path / "a.json"
+    path.write_text(json.dumps(data))
+    run = subprocess.run(
+        [sys.executable, "-m", "rtgraph", "run", str(path), "-D", "S=300", "--timing-only"],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 1 and "Traceback" not in run.stderr
+    assert "meta 'real_dims' entry 'x0'" in run.stderr and "recompile" in run.stderr
