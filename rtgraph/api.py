@@ -22,6 +22,7 @@ import numpy as np
 from rtgraph import emulator, frontend
 from rtgraph.compiler import CompileOptions, compile_program
 from rtgraph.compiler.optimizer.levels import DEFAULT_LEVEL
+from rtgraph.compiler.optimizer.pipeline import TILING_PASSES, chosen_passes
 from rtgraph.compiler.optimizer.pipeline import as_checked as _as_checked
 from rtgraph.compiler.padding import PadPlan, gear_padding, pad_plan, with_extents
 from rtgraph.compiler.real_dims import META as REAL_DIMS
@@ -172,14 +173,35 @@ def compile_gears(
         return bound[tuple(values.items())]
 
     _check_ranges(program, at)
-    compiled = []
+    compiled, untiled = [], []
+    flat = _untiled_options(options)
     for values in map(dict, bound):
         # the ops a run padded to this gear tells the real extents, marked (rtgraph.ops.extents)
-        marked = with_extents(at(values), *gear_padding(program.ranges, values, at))
+        marks, padded = gear_padding(program.ranges, values, at)
+        marked = with_extents(at(values), marks, padded)
         compiled.append((values, compile_program(marked, spec, options)))
+        if padded and flat is not None:  # a run pads to it: its tiling may not suit the run
+            other = compile_program(marked, spec, flat)
+            if [t.name for t in other.tasks] != [t.name for t in compiled[-1][1].tasks]:
+                untiled.append((values, other))
     return GearedProgram(
-        program.name, dict(program.gears), tuple(compiled), dict(program.ranges), fixed
+        program.name,
+        dict(program.gears),
+        tuple(compiled),
+        dict(program.ranges),
+        fixed,
+        tuple(untiled),
     )
+
+
+def _untiled_options(options: CompileOptions) -> CompileOptions | None:
+    """``options`` without the passes that cut work into tiles and host copies into parts
+    (None when they do not run): a gear's second program, for padded runs whose real shapes
+    its tiles do not suit."""
+    chosen = chosen_passes(options)
+    if "tile_and_pipeline" not in chosen:
+        return None
+    return replace(options, passes=tuple(p for p in chosen if p not in TILING_PASSES))
 
 
 def check_ranges(program: Program, *, device: str | DeviceSpec | None = None) -> None:
@@ -272,7 +294,18 @@ def choose_gear(
             hint=f"recompile it from its .rtg file, or run the gear {gear}",
         )
     bound = bind_gear(geared, gear, device=device)
-    return compiled, pad_plan(bind_gear(geared, values, device=device), bound, values, gear)
+    plan = pad_plan(bind_gear(geared, values, device=device), bound, values, gear)
+    untiled = geared.untiled_for(gear)
+    if untiled is None:
+        return compiled, plan
+    # the gear's tiles were chosen for its own shapes: time both programs at the run's
+    spec = device_for(device, compiled.device)
+    timed = {
+        name: emulator.run(plan.bind(p, spec), spec, numerics=False).makespan_us
+        for name, p in (("tiled", compiled), ("untiled", untiled))
+    }
+    plan = replace(plan, weighed=timed)
+    return (untiled, plan) if timed["untiled"] < timed["tiled"] else (compiled, plan)
 
 
 def run(

@@ -6,11 +6,13 @@ flops and bytes of the real work its kernel does — not the gear's."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -271,3 +273,70 @@ def test_a_tampered_file_is_refused_by_the_cli_with_status_1(tmp_path: Path):
     )
     assert run.returncode == 1 and "Traceback" not in run.stderr
     assert "meta 'real_dims' entry 'x0'" in run.stderr and "recompile" in run.stderr
+
+
+def _one_sequence(params: str) -> str:
+    """The naive attention over its first sequence alone."""
+    text = re.sub(r"\n    input  x[123] : f16\[S, D\]", "", ATTENTION)
+    text = re.sub(r"\n    output y[123] = .*", "", text)
+    return text.replace(SHIPPED, f"program attention_naive({params})")
+
+
+def test_a_gear_compiled_both_ways_runs_whichever_its_real_shapes_time_faster():
+    """The 1,024 gear of one sequence's attention (under ``list``) cuts its rows into two
+    tiles, chosen at 1,024 rows: at 600 real rows the gear compiled without tiling is faster,
+    at 900 the tiled one — each run takes the faster at its real shapes and the report says
+    which."""
+    text = _one_sequence("S: dyn 512..1024 = 1024, D = 768, H = 12")
+    options = CompileOptions(streams="list")
+    geared = api.compile_gears(api.parse(text, "a.rtg"), options=options)
+    assert [v for v, _ in geared.untiled] == [{"S": 1024}]
+    untiled = geared.untiled_for({"S": 1024})
+    tiled = geared.select({"S": 1024})
+    assert len(untiled.tasks) < len(tiled.tasks)
+    ran = {}
+    for s in (600, 900):
+        compiled, plan = api.choose_gear(geared, {"S": s})
+        assert set(plan.weighed) == {"tiled", "untiled"}
+        faster = min(plan.weighed, key=plan.weighed.get)
+        assert compiled is (untiled if faster == "untiled" else tiled)
+        result = api.run(compiled, numerics=False, padding=plan)
+        assert result.makespan_us == plan.weighed[faster]
+        assert f"ran the gear's {faster} program" in result.padding.describe()
+        ran[s] = faster
+    assert ran == {600: "untiled", 900: "tiled"}
+    assert api.choose_gear(geared, {"S": 1024}) == (tiled, None)  # a gear runs its own
+    again = geared_from_dict(json.loads(json.dumps(geared.to_dict())))
+    assert again.untiled_for({"S": 1024}) == untiled
+
+
+def test_a_gears_untiled_program_pads_bit_for_bit():
+    """What a gear's untiled program is: the gear compiled without the tiling passes, its
+    kernels told the real extents as the tiled one's are."""
+    from rtgraph.api import _untiled_options
+
+    options = _untiled_options(CompileOptions())
+    assert options is not None and "tile_and_pipeline" not in options.passes
+    text = _attention("S: dyn 16..128 = 100, D = 64, H = 4")
+    geared = api.compile_gears(api.parse(text, "a.rtg"), options=options)
+    assert geared.untiled == ()  # the passes that would differ do not run
+    for s in (40, 100):
+        compiled, plan = api.choose_gear(geared, {"S": s})
+        result = api.run(compiled, seed=s, padding=plan)
+        expected = api.reference(api.bind_gear(geared, {"S": s}), seed=s)
+        for name, value in expected.items():
+            np.testing.assert_array_equal(result.outputs[name], value)
+
+
+@pytest.mark.parametrize(
+    ("junk", "message"),
+    [
+        ({"untiled": 3}, "untiled: must be a list"),
+        ({"untiled": [{"values": {"S": 7}, "program": {}}]}, r"untiled\[0\].values"),
+        ({"untiled": [{"values": {"S": 128}, "program": 1}]}, r"untiled\[0\].program"),
+    ],
+)
+def test_a_files_untiled_programs_are_checked_as_its_programs_are(junk, message):
+    data = json.loads(json.dumps(_ranged_attention().to_dict()))
+    with pytest.raises(StreamProgramError, match=message):
+        geared_from_dict({**data, **junk})

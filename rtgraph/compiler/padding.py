@@ -81,6 +81,9 @@ class PadPlan:
     #: set on a run's plan (its result's ``padding``): whether the run timed its tasks at
     #: their real shapes (a program compiled with real extents) or at the gear's
     timed: bool = False
+    #: the makespans (µs, at the real shapes) of the gear's programs weighed for the run —
+    #: ``tiled`` and ``untiled`` — when the gear was compiled both ways; the faster one ran
+    weighed: dict[str, float] = field(default_factory=dict)
 
     @property
     def wasted(self) -> float:
@@ -129,10 +132,17 @@ class PadPlan:
             if self.timed
             else "tasks timed at the gear's shapes (the program holds no real extents)"
         )
-        return (
+        line = (
             f"padded to the gear above: {moved}; the gear's {self.padded_flops:,} flops, "
             f"{self.padded_flops - self.flops:,} ({self.wasted:.1%}) of them on padding; {timed}"
         )
+        if self.weighed:
+            ran, other = sorted(self.weighed, key=lambda k: (self.weighed[k], k))
+            line += (
+                f"; ran the gear's {ran} program ({self.weighed[ran]:,.1f} µs at the real "
+                f"shapes against {self.weighed[other]:,.1f} µs {other})"
+            )
+        return line
 
 
 def _same_result(task: Task, attrs: Mapping[str, Any], values: Mapping[str, int]) -> None:

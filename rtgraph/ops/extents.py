@@ -100,6 +100,8 @@ def check(op: str, types: Sequence[TensorType], attrs: Mapping[str, Any]) -> Non
         base = key[:-3] if key.endswith("_of") else key
         if base in _NAMES and base not in names:
             raise OpError(f"{op}: takes no run-time extent '{key}'", attr=key)
+        if key.endswith("_shift") and key[:-6] in _NAMES:  # a position's, never an extent's
+            raise OpError(f"{op}: an extent takes no shift, got '{key}'", attr=key)
     for name in names:
         if name not in attrs and f"{name}_of" not in attrs:
             continue
@@ -183,11 +185,17 @@ def bind(attrs: Mapping[str, Any], values: Mapping[str, int]) -> dict[str, Any] 
     return {
         **attrs,
         **{
-            name: int(values[attrs[f"{name}_of"]]) + int(attrs.get(f"{name}_shift", 0))
+            name: int(values[attrs[f"{name}_of"]]) + _shift(attrs, name)
             for name in marked
             if attrs[f"{name}_of"] in values
         },
     }
+
+
+def _shift(attrs: Mapping[str, Any], name: str) -> int:
+    """A position's shift from its parameter's value (an extent has none)."""
+    shift = attrs.get(f"{name}_shift", 0) if name not in _NAMES else 0
+    return shift if isinstance(shift, int) else 0
 
 
 def describe(op: str, attrs: Mapping[str, Any]) -> str:

@@ -13,11 +13,13 @@ The JSON form (``rtgraph compile`` of such a program) is one object::
 
     {"schema": "rtgraph.geared-program", "version": 1, "name": …,
      "gears": {"B": [1, 2, 4, 8]}, "ranges": {"B": [1, 8]}, "params": {"D": 256},
-     "programs": [{"values": {"B": 1}, "program": {…a stream program…}}, …]}
+     "programs": [{"values": {"B": 1}, "program": {…a stream program…}}, …],
+     "untiled": [{"values": {"B": 8}, "program": {…}}, …]}
 
 each ``program`` checked field by field as a stream program file is; ``ranges`` (the ends of
 each ranged parameter) and ``params`` (the other parameters' values, to bind the source again
-at a padded run's real values) may be absent, as in files written before ranges.
+at a padded run's real values) may be absent, as in files written before ranges, and
+``untiled`` (a gear's program compiled without tiling, for padded runs) too.
 """
 
 from __future__ import annotations
@@ -44,10 +46,18 @@ class GearedProgram:
     ranges: dict[str, tuple[int, int]] = field(default_factory=dict)
     #: the values of the program's other parameters, as compiled
     params: dict[str, int] = field(default_factory=dict)
+    #: a gear that runs padded, compiled again without tiling where that gives another
+    #: program: a padded run takes whichever of the two its real shapes time faster
+    #: (:func:`rtgraph.api.choose_gear`)
+    untiled: tuple[tuple[dict[str, int], StreamProgram], ...] = ()
 
     @property
     def device(self) -> str:
         return self.programs[0][1].device
+
+    def untiled_for(self, gear: Mapping[str, int]) -> StreamProgram | None:
+        """The gear's program compiled without tiling, if it was kept."""
+        return next((p for v, p in self.untiled if v == dict(gear)), None)
 
     def select(self, values: Mapping[str, int]) -> StreamProgram:
         """The program compiled for ``values`` (every dynamic parameter given; values for a
@@ -114,6 +124,7 @@ class GearedProgram:
             "ranges": {n: list(r) for n, r in self.ranges.items()},
             "params": dict(self.params),
             "programs": [{"values": v, "program": to_dict(p)} for v, p in self.programs],
+            "untiled": [{"values": v, "program": to_dict(p)} for v, p in self.untiled],
         }
 
 
@@ -145,6 +156,33 @@ def geared_from_dict(data: dict[str, Any]) -> GearedProgram:
     table = {str(n): tuple(v) for n, v in gears.items()}
     if not isinstance(entries, list) or not entries:
         raise StreamProgramError("programs: must be a non-empty list")
+    programs = _entries("programs", entries, table)
+    expected = 1
+    for values in table.values():
+        expected *= len(values)
+    if len(programs) != expected:
+        raise StreamProgramError(
+            f"programs: {len(programs)} for {expected} gear combinations",
+            hint="every combination of the gears has its program",
+        )
+    untiled = data.get("untiled", [])
+    if not isinstance(untiled, list):
+        raise StreamProgramError("untiled: must be a list of gears' programs")
+    return GearedProgram(
+        name,
+        table,
+        programs,
+        _ranges(data, table),
+        _params(data, table),
+        _entries("untiled", untiled, table),
+    )
+
+
+def _entries(
+    key: str, entries: list, table: dict[str, tuple[int, ...]]
+) -> tuple[tuple[dict[str, int], StreamProgram], ...]:
+    """The ``{"values": …, "program": …}`` entries of list ``key``: each for a gear
+    combination of ``table``, none twice, each program checked field by field."""
     programs, seen = [], set()
     for i, entry in enumerate(entries):
         values = entry.get("values") if isinstance(entry, dict) else None
@@ -154,28 +192,18 @@ def geared_from_dict(data: dict[str, Any]) -> GearedProgram:
             or any(values[n] not in table[n] for n in table)
         ):
             raise StreamProgramError(
-                f"programs[{i}].values: must give a gear of each of {', '.join(table)}"
+                f"{key}[{i}].values: must give a gear of each of {', '.join(table)}"
             )
-        key = tuple(values[n] for n in table)
-        if key in seen:
-            raise StreamProgramError(f"programs[{i}].values: {values} appears twice")
-        seen.add(key)
+        gear = tuple(values[n] for n in table)
+        if gear in seen:
+            raise StreamProgramError(f"{key}[{i}].values: {values} appears twice")
+        seen.add(gear)
         try:
             program = from_dict(entry.get("program"))
         except StreamProgramError as e:
-            raise StreamProgramError(
-                f"programs[{i}].program: {e.message}", e.span, e.hint
-            ) from None
+            raise StreamProgramError(f"{key}[{i}].program: {e.message}", e.span, e.hint) from None
         programs.append(({n: values[n] for n in table}, program))
-    expected = 1
-    for values in table.values():
-        expected *= len(values)
-    if len(programs) != expected:
-        raise StreamProgramError(
-            f"programs: {len(programs)} for {expected} gear combinations",
-            hint="every combination of the gears has its program",
-        )
-    return GearedProgram(name, table, tuple(programs), _ranges(data, table), _params(data, table))
+    return tuple(programs)
 
 
 def _ranges(data: dict[str, Any], gears: dict[str, tuple[int, ...]]) -> dict[str, tuple[int, int]]:

@@ -46,6 +46,10 @@ PASS_FUNCTIONS: dict[str, OptPass] = {
 }
 assert tuple(PASS_FUNCTIONS) == tuple(PASSES)
 
+#: The passes whose choices depend most on the shapes they see: the tile counts and the host
+#: copies' parts (a gear of a range is also compiled without them: rtgraph.compile_gears).
+TILING_PASSES = ("tile_and_pipeline", "stream_host_copies")
+
 
 def chosen_passes(options: CompileOptions) -> tuple[str, ...]:
     """The passes ``options`` ask for, in the order given (``passes``) or the level's."""
