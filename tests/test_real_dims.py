@@ -340,3 +340,21 @@ def test_a_files_untiled_programs_are_checked_as_its_programs_are(junk, message)
     data = json.loads(json.dumps(_ranged_attention().to_dict()))
     with pytest.raises(StreamProgramError, match=message):
         geared_from_dict({**data, **junk})
+
+
+def test_a_ranges_listing_shows_each_gears_untiled_program(tmp_path: Path):
+    path = tmp_path / "a.rtg"
+    path.write_text(_one_sequence("S: dyn 512..1024 = 1024, D = 768, H = 12"))
+    listing = subprocess.run(
+        [sys.executable, "-m", "rtgraph", "compile", str(path), "--emit", "listing"],
+        capture_output=True,
+        text=True,
+    )
+    assert listing.returncode == 0, listing.stderr
+    headings = [line for line in listing.stdout.splitlines() if line.startswith("## gear")]
+    assert headings == [
+        "## gear S=512",
+        "## gear S=1024 (runs S = 513..1024; 513..1023 padded)",
+        "## gear S=1024 (runs S = 513..1024; 513..1023 padded), compiled again without tiling "
+        "(a padded run takes whichever program its real shapes time faster)",
+    ]

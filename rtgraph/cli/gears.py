@@ -87,6 +87,11 @@ def geared_text(
     for values, compiled in geared.programs:
         shown = gear_heading(values, geared.gears, geared.ranges)
         parts.append(f"## gear {shown}\n\n{format_listing(compiled)}")
+        untiled = geared.untiled_for(values)
+        if untiled is not None:  # a padded run takes whichever its real shapes time faster
+            heading = f"## gear {shown}, compiled again without tiling (a padded run takes"
+            heading += " whichever program its real shapes time faster)"
+            parts.append(f"{heading}\n\n{format_listing(untiled)}")
     return "\n".join(parts)
 
 
