@@ -10,7 +10,10 @@ whole — its compiles and its runs — the best of two taken in turn):
   size. Each row gives the CPU time of the compile and the four runs, the makespans and each
   over the static compile's at that size. Runs are timing-only by default (``--numerics`` adds
   the numbers, which cost the same in all three and dominate: 40 s at 4,096); the padded
-  size is run once more with numbers and compared with the reference at its own length.
+  size is run once more with numbers and compared with the reference at its own length. A
+  sweep over sizes between the gears then gives each padded run against a static compile at
+  its size, with the program it ran (the gear's tiled or untiled one) and the gear's own
+  makespan — what the run was charged before tasks were timed at their real shapes.
 * **a batch range**: models/transformer_stack.rtg with ``B: dyn 1..16`` (compiled at 1, 2, 4,
   8, 16) run at B = 3, 5, 9, 16 with numerics — a padded run for the three between gears —
   against a static compile and run per value; each row gives both makespans, the gear run and
@@ -33,6 +36,8 @@ sys.path.insert(0, str(ROOT))
 from rtgraph import api  # noqa: E402
 
 ATTENTION_SIZES = (128, 777, 2048, 4096)
+#: Sizes between the range's gears (none a gear), for the sweep.
+SWEEP = (129, 300, 513, 777, 1000, 1500, 2100, 3000, 4000)
 #: Each contender's timing is the best of this many, taken in turn.
 REPEAT = 2
 BATCHES = (3, 5, 9, 16)
@@ -118,6 +123,35 @@ def attention(numerics: bool) -> None:
         equal = all(r["equal"] for r in api.compare(result.outputs, expected).values())
         print(f"S = {s} under the range: {result.padding.describe()}")
         print(f"S = {s} under the range, with numerics: {'bit-equal' if equal else 'DIFFERS'}")
+    print()
+    sweep(geared, static_text)
+
+
+def sweep(geared, static_text: str) -> None:
+    """Sizes between the range's gears, timing-only: the padded run (timed at its real shapes,
+    on the faster of the gear's programs) against a static compile at that size, and the
+    gear's own makespan — what a padded run was charged when tasks were timed at the gear's
+    shapes."""
+    print("#### attention_naive under the range at sizes between its gears, timing-only\n")
+    print(
+        "| S | gear | program run | padded µs | static µs | padded ÷ static "
+        "| gear's own µs ÷ static |"
+    )
+    print("|---:|---:|---|---:|---:|---:|---:|")
+    own = {}
+    for s in SWEEP:
+        compiled, plan = api.choose_gear(geared, {"S": s})
+        padded = api.run(compiled, numerics=False, padding=plan).makespan_us
+        alone = api.compile(api.parse(static_text, "attention_naive.rtg", {"S": s}))
+        static = api.run(alone, numerics=False).makespan_us
+        gear = plan.gear["S"]
+        if gear not in own:
+            own[gear] = api.run(geared.select(plan.gear), numerics=False).makespan_us
+        ran = min(plan.weighed, key=plan.weighed.get) if plan.weighed else "its only one"
+        print(
+            f"| {s:,} | {gear:,} | {ran} | {padded:,.1f} | {static:,.1f} | "
+            f"{padded / static:.3f} | {own[gear] / static:.2f} |"
+        )
     print()
 
 
