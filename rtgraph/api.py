@@ -298,6 +298,12 @@ def choose_gear(
     untiled = geared.untiled_for(gear)
     if untiled is None:
         return compiled, plan
+    if _hosts(untiled) != _hosts(compiled):
+        raise InputError(
+            f"'{geared.name}' at {gear}: its untiled program's inputs and outputs are not its "
+            "program's",
+            hint="recompile it from its .rtg file",
+        )
     # the gear's tiles were chosen for its own shapes: time both programs at the run's
     spec = device_for(device, compiled.device)
     timed = {
@@ -306,6 +312,11 @@ def choose_gear(
     }
     plan = replace(plan, weighed=timed)
     return (untiled, plan) if timed["untiled"] < timed["tiled"] else (compiled, plan)
+
+
+def _hosts(program: StreamProgram) -> dict[str, tuple[str, tuple[int, ...], str]]:
+    """Each host tensor's role, shape and dtype: what two programs of one gear share."""
+    return {t.name: (t.role, t.shape, t.dtype) for t in program.host_tensors}
 
 
 def run(

@@ -21,7 +21,7 @@ from rtgraph import api
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.compiler.real_dims import META, Extent, op_dims
 from rtgraph.dtypes import TensorType
-from rtgraph.errors import StreamProgramError
+from rtgraph.errors import InputError, StreamProgramError
 from rtgraph.stream_program.gears import geared_from_dict
 
 ATTENTION = Path("models/attention_naive.rtg").read_text()
@@ -358,3 +358,17 @@ def test_a_ranges_listing_shows_each_gears_untiled_program(tmp_path: Path):
         "## gear S=1024 (runs S = 513..1024; 513..1023 padded), compiled again without tiling "
         "(a padded run takes whichever program its real shapes time faster)",
     ]
+
+
+def test_an_untiled_program_for_other_tensors_is_refused():
+    """A geared program whose untiled program does not take the gear's inputs and give its
+    outputs (here the 512 gear's program, well formed on its own) is refused before anything
+    runs; a file's is checked the same way once read."""
+    text = _one_sequence("S: dyn 512..1024 = 1024, D = 768, H = 12")
+    geared = api.compile_gears(api.parse(text, "a.rtg"))
+    wrong = replace(geared, untiled=(({"S": 1024}, geared.select({"S": 512})),))
+    with pytest.raises(InputError, match="untiled program's inputs and outputs"):
+        api.choose_gear(wrong, {"S": 777})
+    again = geared_from_dict(json.loads(json.dumps(wrong.to_dict())))
+    with pytest.raises(InputError, match="untiled program's inputs and outputs"):
+        api.choose_gear(again, {"S": 777})
