@@ -179,8 +179,10 @@ def compile_gears(
         # the ops a run padded to this gear tells the real extents, marked (rtgraph.ops.extents)
         marks, padded = gear_padding(program.ranges, values, at)
         marked = with_extents(at(values), marks, padded)
-        compiled.append((values, compile_program(marked, spec, options)))
-        if padded and flat is not None:  # a run pads to it: its tiling may not suit the run
+        changed: set[str] = set()
+        compiled.append((values, compile_program(marked, spec, options, changed=changed)))
+        # a run pads to it and the gear was tiled: its tiles may not suit the run's rows
+        if padded and flat is not None and changed & set(TILING_PASSES):
             other = compile_program(marked, spec, flat)
             if [t.name for t in other.tasks] != [t.name for t in compiled[-1][1].tasks]:
                 untiled.append((values, other))

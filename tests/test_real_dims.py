@@ -372,3 +372,16 @@ def test_an_untiled_program_for_other_tensors_is_refused():
     again = geared_from_dict(json.loads(json.dumps(wrong.to_dict())))
     with pytest.raises(InputError, match="untiled program's inputs and outputs"):
         api.choose_gear(again, {"S": 777})
+
+
+def test_the_compile_says_which_optimizer_passes_changed_the_program():
+    """What lets a range skip the second compile of a gear its tiling passes left alone."""
+    from rtgraph.compiler import compile_program
+
+    spec = api.device_for(None, "ascend-910b")
+    for s, tiled in ((1024, True), (128, False)):
+        changed: set[str] = set()
+        program = api.parse(_one_sequence(f"S = {s}, D = 768, H = 12"), "a.rtg")
+        compile_program(program, spec, CompileOptions(streams="list"), changed=changed)
+        assert ("tile_and_pipeline" in changed) is tiled
+        assert "fuse_elementwise" in changed and "fold_batchnorm" not in changed

@@ -86,10 +86,15 @@ def pipeline(options: CompileOptions) -> tuple[Pass, ...]:
 
 
 def compile_program(
-    program: Program, device: DeviceSpec, options: CompileOptions | None = None
+    program: Program,
+    device: DeviceSpec,
+    options: CompileOptions | None = None,
+    *,
+    changed: set[str] | None = None,
 ) -> StreamProgram:
     """Compile a checked program for ``device`` into a stream program (see
-    :class:`~rtgraph.compiler.options.CompileOptions` for what ``options`` choose)."""
+    :class:`~rtgraph.compiler.options.CompileOptions` for what ``options`` choose); the
+    optimizer passes that changed it are added to ``changed`` when given."""
     bound = (options or CompileOptions()).for_device(device)
     weights = getattr(program, "weights", None)  # an imported model carries its weights
     if weights and bound.calibration_params is None:
@@ -97,7 +102,7 @@ def compile_program(
     enabled = gc.isenabled()
     gc.disable()  # the passes build many small acyclic objects; collections only cost time
     try:
-        graph: Any = optimize(program, bound)
+        graph: Any = optimize(program, bound, changed)
         # a ranged gear: each value's real extents, so a padded run times its real work
         dims = value_dims(graph, program.padded) if program.padded else None
         for pass_ in pipeline(bound):

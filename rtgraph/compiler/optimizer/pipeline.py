@@ -73,12 +73,16 @@ def optimize_steps(program: Program, options: CompileOptions) -> Iterator[tuple[
         yield name, program
 
 
-def optimize(program: Program, options: CompileOptions) -> Program:
+def optimize(program: Program, options: CompileOptions, changed: set[str] | None = None) -> Program:
     """``program`` after every pass ``options`` choose (its collectives, run by one device,
-    first made the identity: :func:`~rtgraph.compiler.parallel.group_of_one.group_of_one`)."""
+    first made the identity: :func:`~rtgraph.compiler.parallel.group_of_one.group_of_one`);
+    the names of the passes that changed it are added to ``changed`` when given (a pass that
+    changes nothing returns the program it was given)."""
     program = group_of_one(program)
     result = program
-    for _, after in optimize_steps(program, options):
+    for name, after in optimize_steps(program, options):
+        if changed is not None and after is not result:
+            changed.add(name)
         result = after
     return result
 
