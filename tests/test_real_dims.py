@@ -385,3 +385,18 @@ def test_the_compile_says_which_optimizer_passes_changed_the_program():
         compile_program(program, spec, CompileOptions(streams="list"), changed=changed)
         assert ("tile_and_pipeline" in changed) is tiled
         assert "fuse_elementwise" in changed and "fold_batchnorm" not in changed
+
+
+def test_explain_says_which_gears_are_also_compiled_without_tiling(tmp_path: Path):
+    path = tmp_path / "a.rtg"
+    path.write_text(_one_sequence("S: dyn 512..1024 = 1024, D = 768, H = 12"))
+    explained = subprocess.run(
+        [sys.executable, "-m", "rtgraph", "explain", str(path), "--streams", "list"],
+        capture_output=True,
+        text=True,
+    )
+    assert explained.returncode == 0, explained.stderr
+    line = "also compiled without tiling: a padded run takes whichever program its real shapes"
+    low, high = explained.stdout.split("## gear ")[1:]
+    assert low.startswith("S=512") and line not in low  # nothing pads to it
+    assert high.startswith("S=1024") and line in high

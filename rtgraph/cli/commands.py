@@ -29,13 +29,15 @@ from rtgraph.cli.gears import each_gear, gear_heading, geared_text, still_dynami
 from rtgraph.cli.parser import build_parser
 from rtgraph.cli.run import cmd_report, cmd_run
 from rtgraph.compiler.memplan import greedy_by_size, plan, read_records_csv
-from rtgraph.compiler.optimizer.pipeline import optimized_ir
-from rtgraph.compiler.padding import describe_extents, gear_extents
+from rtgraph.compiler.optimizer.pipeline import TILING_PASSES, optimize, optimized_ir
+from rtgraph.compiler.options import CompileOptions
+from rtgraph.compiler.padding import describe_extents, gear_padding
 from rtgraph.device import describe, list_devices
 from rtgraph.errors import RtgError, UsageError
 from rtgraph.files import write_atomic
 from rtgraph.frontend.onnx_import import import_onnx
 from rtgraph.ir.data import check_seed
+from rtgraph.ir.graph import Program
 from rtgraph.ir.interpreter import evaluate
 from rtgraph.ir.printing import format_program
 from rtgraph.ops import op_table
@@ -137,11 +139,25 @@ def cmd_explain(args: argparse.Namespace) -> int:
     for values, bound in gears:
         heading = gear_heading(values, program.gears, program.ranges)
         print(f"## gear {heading}\n" if heading else "", end="")
-        marks = gear_extents(ranges, values, lambda v: by_values[tuple(v.items())])
+        marks, padded = gear_padding(ranges, values, lambda v: by_values[tuple(v.items())])
         if marks:
             print(f"told at run time: {describe_extents(bound, marks)}\n")
-        print(explain(bound, options.for_device(device_spec(args, bound, options))))
+        target = options.for_device(device_spec(args, bound, options))
+        if padded and _tiles(bound, target):
+            print(
+                "also compiled without tiling: a padded run takes whichever program its real "
+                "shapes time faster\n"
+            )
+        print(explain(bound, target))
     return 0
+
+
+def _tiles(program: Program, options: CompileOptions) -> bool:
+    """Whether the tiling passes change ``program`` (a ranged gear is then compiled without
+    them too: :func:`rtgraph.compile_gears`)."""
+    changed: set[str] = set()
+    optimize(program, options, changed)
+    return bool(changed & set(TILING_PASSES))
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
