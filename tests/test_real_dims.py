@@ -400,3 +400,24 @@ def test_explain_says_which_gears_are_also_compiled_without_tiling(tmp_path: Pat
     low, high = explained.stdout.split("## gear ")[1:]
     assert low.startswith("S=512") and line not in low  # nothing pads to it
     assert high.startswith("S=1024") and line in high
+
+
+def test_the_cli_says_which_program_a_padded_run_took(tmp_path: Path):
+    source, compiled = tmp_path / "a.rtg", tmp_path / "a.json"
+    source.write_text(_one_sequence("S: dyn 512..1024 = 1024, D = 768, H = 12"))
+
+    def rtgraph(*args: str) -> str:
+        done = subprocess.run(
+            [sys.executable, "-m", "rtgraph", *args], capture_output=True, text=True
+        )
+        assert done.returncode == 0, done.stderr
+        return done.stdout
+
+    rtgraph("compile", str(source), "-o", str(compiled), "--streams", "list")
+    table = rtgraph("run", str(compiled), "--shapes", "S=600,900", "--timing-only")
+    rows = {line.split()[0]: line for line in table.splitlines()[1:]}
+    assert "1024 (51%), untiled" in rows["600"] and "untiled" not in rows["900"]
+    data = json.loads(rtgraph("run", str(compiled), "-D", "S=600", "--timing-only", "--json"))
+    weighed = data["padding"]["programs_weighed_us"]
+    assert set(weighed) == {"tiled", "untiled"} and weighed["untiled"] < weighed["tiled"]
+    assert data["makespan_us"] == pytest.approx(weighed["untiled"])

@@ -189,6 +189,8 @@ def _run_one(
         padded = None
         if plan is not None:
             padded = ", ".join(f"{plan.gear[n]}" for n in plan.values) + f" ({plan.wasted:.0%})"
+            if plan.weighed and compiled is geared.untiled_for(plan.gear):
+                padded += ", untiled"  # the gear's program without tiling ran: the faster
         error = None
         if program is not None:
             checked = api.as_checked(

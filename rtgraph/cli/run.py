@@ -55,6 +55,7 @@ def padding_json(plan: PadPlan) -> dict:
         "padded_flops": plan.padded_flops,
         "wasted": plan.wasted,
         "timed_at_real_shapes": plan.timed,
+        "programs_weighed_us": plan.weighed,
     }
 
 
