@@ -131,6 +131,24 @@ def test_copies_in_parts_equal_the_reference_bit_for_bit(program, policy, parts)
     _equal(result, rtgraph.evaluate(program, seed=5))
 
 
+@pytest.mark.parametrize("policy", POLICIES)
+def test_two_inputs_in_parts_into_one_op_cut_it_once(policy):
+    """t = x0 + x1 with both inputs copied in parts: the first input's parts cut the add into
+    row tiles that read both by rows; the second's copies in parts feed the same tiles (it
+    used to cut the already-tiled add again and fail with a ValueError)."""
+    program = rtgraph.parse(
+        "program p() { input x0 : f32[4, 2]\n input x1 : f32[4, 2]\n output t = x0 + x1 }", "p.rtg"
+    )
+    changed = streamed(program, {"x0": 4, "x1": 4}, lambda nbytes, dtype: True)
+    assert sum(1 for n in changed.op_nodes() if n.op == "add") == 4  # one tile per part
+    assert sum(1 for n in changed.nodes if getattr(n, "rows", None)) == 8  # both in parts
+    compiled = compile_program(changed, TOY, CompileOptions(streams=policy, opt_level=0))
+    assert check_races(compiled).ok
+    result = run(compiled, TOY, seed=5)
+    assert not result.races
+    _equal(result, rtgraph.evaluate(program, seed=5))
+
+
 @pytest.mark.slow
 @given(programs(max_ops=16, kinds=OPTIMIZER_KINDS), st.sampled_from(POLICIES))
 @settings(max_examples=30, deadline=None)

@@ -83,12 +83,13 @@ def streamed(
     sent back part by part where ``send(smallest part's bytes, dtype)`` says so."""
     nodes: list[Node] = list(program.nodes)
     tensors: dict[str, Tensor] = {}
+    tiled: set[str] = set()  # the ops an earlier input's parts already cut into row tiles
     for name, count in parts.items():
         rows = program.tensors[name].type.shape[0]
         if count > 1 and rows % count == 0:
             stream = _stream(program, name)
             if not (stream.row_blocks and rows // count % ROW_BLOCK):
-                nodes = _split_input(program, nodes, tensors, name, stream, count)
+                nodes = _split_input(program, nodes, tensors, name, stream, count, tiled)
     split = _read_parts(replace(program, nodes=nodes, tensors={**program.tensors, **tensors}))
     sent = _send_outputs(split, send)
     return program if sent == program.nodes else replace(split, nodes=sent)
@@ -315,9 +316,12 @@ def _split_input(
     x: str,
     stream: _Stream,
     parts: int,
+    tiled: set[str],
 ) -> list[Node]:
     """``nodes`` with ``x`` copied in ``parts`` row parts (before its first reader) and the
-    ops that follow its parts cut into row tiles, each joined in place under its name."""
+    ops that follow its parts cut into row tiles, each joined in place under its name — but
+    those in ``tiled``, which an earlier input's parts cut already (their tiles read ``x`` by
+    rows too); adds the ops it cuts to ``tiled``."""
     t = program.tensors[x]
     rows = _rows(t.type.shape[0], parts)
     copies: list[Node] = [HostCopyNode("h2d", x, "", t.span, r) for r in rows]
@@ -327,9 +331,10 @@ def _split_input(
         if isinstance(node, OpNode) and x in node.inputs and copies:
             out.extend(copies)
             copies = []
-        if isinstance(node, OpNode) and node.output in stream.cut:
+        if isinstance(node, OpNode) and node.output in stream.cut and node.output not in tiled:
             split = stream.cut[node.output][1]
             out.extend(_row_tiles(program, node, split, rows, made, slices))
+            tiled.add(node.output)
         else:
             out.append(node)
     return out
