@@ -29,15 +29,13 @@ from rtgraph.cli.gears import each_gear, gear_heading, geared_text, still_dynami
 from rtgraph.cli.parser import build_parser
 from rtgraph.cli.run import cmd_report, cmd_run
 from rtgraph.compiler.memplan import greedy_by_size, plan, read_records_csv
-from rtgraph.compiler.optimizer.pipeline import TILING_PASSES, optimize, optimized_ir
-from rtgraph.compiler.options import CompileOptions
+from rtgraph.compiler.optimizer.pipeline import TILING_PASSES, optimized_ir
 from rtgraph.compiler.padding import describe_extents, gear_padding
 from rtgraph.device import describe, list_devices
 from rtgraph.errors import RtgError, UsageError
 from rtgraph.files import write_atomic
 from rtgraph.frontend.onnx_import import import_onnx
 from rtgraph.ir.data import check_seed
-from rtgraph.ir.graph import Program
 from rtgraph.ir.interpreter import evaluate
 from rtgraph.ir.printing import format_program
 from rtgraph.ops import op_table
@@ -142,22 +140,15 @@ def cmd_explain(args: argparse.Namespace) -> int:
         marks, padded = gear_padding(ranges, values, lambda v: by_values[tuple(v.items())])
         if marks:
             print(f"told at run time: {describe_extents(bound, marks)}\n")
-        target = options.for_device(device_spec(args, bound, options))
-        if padded and _tiles(bound, target):
+        changed: set[str] = set()
+        text = explain(bound, options.for_device(device_spec(args, bound, options)), changed)
+        if padded and changed & set(TILING_PASSES):  # what rtgraph.compile_gears does then
             print(
                 "also compiled without tiling: a padded run takes whichever program its real "
                 "shapes time faster\n"
             )
-        print(explain(bound, target))
+        print(text)
     return 0
-
-
-def _tiles(program: Program, options: CompileOptions) -> bool:
-    """Whether the tiling passes change ``program`` (a ranged gear is then compiled without
-    them too: :func:`rtgraph.compile_gears`)."""
-    changed: set[str] = set()
-    optimize(program, options, changed)
-    return bool(changed & set(TILING_PASSES))
 
 
 def cmd_eval(args: argparse.Namespace) -> int:

@@ -55,8 +55,9 @@ def _change(before: Traffic, after: Traffic) -> str:
 NO_CHANGE = ["  no change"]
 
 
-def explain(program: Program, options: CompileOptions) -> str:
-    """The optimizer's report on ``program`` under ``options`` (bound to a device)."""
+def explain(program: Program, options: CompileOptions, changed: set[str] | None = None) -> str:
+    """The optimizer's report on ``program`` under ``options`` (bound to a device); the names
+    of the passes that changed it are added to ``changed`` when given."""
     names = chosen_passes(options)
     lines = [f"program {program.name}: passes {', '.join(names) or '(none)'}"]
     if program.has_explicit_streams:
@@ -65,6 +66,8 @@ def explain(program: Program, options: CompileOptions) -> str:
     first = before = traffic(program, options)
     previous = program
     for name, after_program in optimize_steps(program, options):
+        if changed is not None and after_program is not previous:
+            changed.add(name)
         after = traffic(after_program, options)
         lines.append(f"\n{name}: {_change(before, after)}")
         folds = _batchnorm_folds(previous, after_program) if name == "fold_batchnorm" else []
