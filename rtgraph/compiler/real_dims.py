@@ -256,18 +256,16 @@ def _shapes(
     table: Mapping[str, Any], hosts: Mapping[str, tuple[int, ...]]
 ) -> Callable[[str, tuple[int, ...]], tuple[int, ...]]:
     """A function giving the real shape of the value ``name`` whose gear shape is ``shape``,
-    each table entry checked against that shape first."""
-    known: dict[str, tuple[int, ...]] = {}
+    each table entry checked against that shape first (once per name and shape)."""
+    known: dict[tuple[str, tuple[int, ...]], tuple[int, ...]] = {}
 
     def shape_of(name: str, shape: tuple[int, ...]) -> tuple[int, ...]:
         entry = table.get(name)
         if entry is None:
             return shape
-        got = known.get(name)
+        got = known.get((name, shape))
         if got is None:
-            got = known[name] = _evaluate(name, entry, shape, hosts)
-        if len(got) != len(shape):
-            raise _bad(f"meta '{META}' gives '{name}' {len(got)} axes, its operand {len(shape)}")
+            got = known[name, shape] = _evaluate(name, entry, shape, hosts)
         return got
 
     return shape_of
