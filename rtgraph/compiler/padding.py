@@ -314,6 +314,7 @@ def pad_plan(
             marks = _check_op(real, padded, r_node, node, dyn, names, moved)
             if marks:
                 marked[k] = marks
+    hosts = [n for n in dyn if padded.tensors[n].kind in HOST_KINDS]
     return PadPlan(
         values=dict(values),
         gear=dict(gear),
@@ -323,8 +324,8 @@ def pad_plan(
         flops=program_flops(real),
         padded_flops=program_flops(padded),
         extents=marked,
-        padded={n: axes for n, axes in dyn.items() if padded.tensors[n].kind in HOST_KINDS},
-        hosts={n: real.tensors[n].type.shape for n in dyn if padded.tensors[n].kind in HOST_KINDS},
+        padded={n: dyn[n] for n in hosts},
+        hosts={n: real.tensors[n].type.shape for n in hosts},
     )
 
 
