@@ -231,15 +231,16 @@ def test_every_model_is_batched_the_same_under_by_unit(level: int) -> None:
 
 
 def test_waits_on_one_record_may_be_batched_in_another_order() -> None:
-    """Two streams per unit: the original batching swapped two waits on one record, so the
-    recompiled program is batched differently (here 174.5 against 169.5 µs) — the same
-    program on every stream, memory and numbers all the same."""
+    """Three streams per unit: the original batching swapped two waits on one record, so the
+    recompiled program is batched differently — the same program on every stream and the
+    same numbers; the stream-ordered plan, which reuses bytes in submission order, is made
+    anew for the new order (and stays race-free)."""
     program = _load("attention_naive")
-    compiled, text, recompiled = _round_trip(program, "by-unit:2", 2)
+    compiled, text, recompiled = _round_trip(program, "by-unit:3", 2)
     assert not _batched_waits_in_program_order(compiled)
     assert _submission(recompiled) != _submission(compiled)
     assert _streams(recompiled) == _streams(compiled), text
-    assert _memory_but_constants(recompiled) == _memory_but_constants(compiled)
+    assert check_races(recompiled).ok
     _assert_same_numbers(program, recompiled, 2)
 
 

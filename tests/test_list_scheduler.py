@@ -506,11 +506,12 @@ def test_unblock_moves_a_ready_task_ahead_of_one_waiting_at_the_head_of_its_stre
 
 
 @pytest.mark.slow
-def test_list_keeps_the_cube_busy_four_fifths_of_the_naive_attention():
-    # The emulated clock, not a wall clock: the same figure on every machine. The plan's
-    # schedule alone (bottom levels, no HBM sharing) left the last sequence's output parts
-    # queued on the link: 509.6 µs, the Cube busy 79.8 % of it; a schedule from the link-aware
-    # levels, weighed on the device's timing, finishes in 503.0 µs (80.4 %).
+def test_list_runs_the_naive_attention_sooner_than_a_stream_per_unit():
+    # The emulated clock, not a wall clock: the same figure on every machine. The list
+    # schedule's levels see the host link's queue, so the work feeding the last output parts
+    # does not run last with its parts queued behind (509.6 µs before they did; 477.8 µs now,
+    # by-unit 529.1 µs).
     program = rtgraph.load(MODELS / "attention_naive.rtg")
-    result = rtgraph.run(rtgraph.compile(program, streams="list"), numerics=False)
-    assert result.utilization["cube"] >= 0.80
+    listed = rtgraph.run(rtgraph.compile(program, streams="list"), numerics=False)
+    by_unit = rtgraph.run(rtgraph.compile(program, streams="by-unit"), numerics=False)
+    assert listed.makespan_us < 0.95 * by_unit.makespan_us

@@ -28,6 +28,14 @@ from rtgraph.stream_program.gears import geared_from_dict
 ATTENTION = Path("models/attention_naive.rtg").read_text()
 SHIPPED = "program attention_naive(S = 1024, D = 768, H = 12)"
 
+#: One sequence's attention over a range whose top gear is tiled (a Cube busy enough at 4,096
+#: rows and width 1,024 that row tiles pay) and whose padded runs are faster untiled at
+#: ``UNTILED_AT`` real rows and tiled at ``TILED_AT``.
+WIDTH = "D = 1024, H = 16"
+GEARS = (2048, 4096)
+TILED_RANGE = f"S: dyn {GEARS[0]}..{GEARS[1]} = {GEARS[1]}, {WIDTH}"
+UNTILED_AT, TILED_AT = 2600, 3500
+
 
 def _attention(params: str) -> str:
     return ATTENTION.replace(SHIPPED, f"program attention_naive({params})")
@@ -148,23 +156,23 @@ def test_untiled_a_padded_run_is_timed_task_for_task_as_the_static_compile():
 
 
 @settings(max_examples=12, deadline=None)
-@given(s=st.integers(513, 1023))
+@given(s=st.integers(GEARS[0] + 1, GEARS[1] - 1))
 def test_tiled_the_padded_runs_flops_are_the_real_programs(s):
-    """With tiling (-O2: one sequence's attention at D = 768 is cut into row tiles at the 1,024
-    gear, and not at most sizes below) the tiled gear's tasks, timed at a run's real shapes, do
-    the static compile's flops at that size, whatever the tiling of either."""
+    """With tiling (-O2: one sequence's attention at D = 1,024 is cut into row tiles at the
+    4,096 gear, and not at most sizes below) the tiled gear's tasks, timed at a run's real
+    shapes, do the static compile's flops at that size, whatever the tiling of either."""
     geared = _tiled_gears()
-    tiled = geared.select({"S": 1024})
-    assert len(tiled.tasks) > len(geared.untiled_for({"S": 1024}).tasks)
+    tiled = geared.select({"S": GEARS[1]})
+    assert len(tiled.tasks) > len(geared.untiled_for({"S": GEARS[1]}).tasks)
     _, plan = api.choose_gear(geared, {"S": s})
     bound = plan.bind(tiled, api.device_for(None, tiled.device))
-    static = api.compile(api.parse(_one_sequence(f"S = {s}, D = 768, H = 12"), "a.rtg"))
+    static = api.compile(api.parse(_one_sequence(f"S = {s}, {WIDTH}"), "a.rtg"))
     assert sum(t.flops for t in bound.tasks) == sum(t.flops for t in static.tasks)
 
 
 @functools.cache
 def _tiled_gears():
-    text = _one_sequence("S: dyn 512..1024 = 1024, D = 768, H = 12")
+    text = _one_sequence(TILED_RANGE)
     return api.compile_gears(api.parse(text, "a.rtg"))
 
 
@@ -299,19 +307,19 @@ def _one_sequence(params: str) -> str:
 
 
 def test_a_gear_compiled_both_ways_runs_whichever_its_real_shapes_time_faster():
-    """The 1,024 gear of one sequence's attention (under ``list``) cuts its rows into two
-    tiles, chosen at 1,024 rows: at 600 real rows the gear compiled without tiling is faster,
-    at 900 the tiled one — each run takes the faster at its real shapes and the report says
+    """The 4,096 gear of one sequence's attention (under ``list``) cuts its rows into tiles,
+    chosen at 4,096 rows: at 2,600 real rows the gear compiled without tiling is faster, at
+    3,500 the tiled one — each run takes the faster at its real shapes and the report says
     which."""
-    text = _one_sequence("S: dyn 512..1024 = 1024, D = 768, H = 12")
+    text = _one_sequence(TILED_RANGE)
     options = CompileOptions(streams="list")
     geared = api.compile_gears(api.parse(text, "a.rtg"), options=options)
-    assert [v for v, _ in geared.untiled] == [{"S": 1024}]
-    untiled = geared.untiled_for({"S": 1024})
-    tiled = geared.select({"S": 1024})
+    assert [v for v, _ in geared.untiled] == [{"S": GEARS[1]}]
+    untiled = geared.untiled_for({"S": GEARS[1]})
+    tiled = geared.select({"S": GEARS[1]})
     assert len(untiled.tasks) < len(tiled.tasks)
     ran = {}
-    for s in (600, 900):
+    for s in (UNTILED_AT, TILED_AT):
         compiled, plan = api.choose_gear(geared, {"S": s})
         assert set(plan.weighed) == {"tiled", "untiled"}
         faster = min(plan.weighed, key=plan.weighed.get)
@@ -320,10 +328,10 @@ def test_a_gear_compiled_both_ways_runs_whichever_its_real_shapes_time_faster():
         assert result.makespan_us == plan.weighed[faster]
         assert f"ran the gear's {faster} program" in result.padding.describe()
         ran[s] = faster
-    assert ran == {600: "untiled", 900: "tiled"}
-    assert api.choose_gear(geared, {"S": 1024}) == (tiled, None)  # a gear runs its own
+    assert ran == {UNTILED_AT: "untiled", TILED_AT: "tiled"}
+    assert api.choose_gear(geared, {"S": GEARS[1]}) == (tiled, None)  # a gear runs its own
     again = geared_from_dict(json.loads(json.dumps(geared.to_dict())))
-    assert again.untiled_for({"S": 1024}) == untiled
+    assert again.untiled_for({"S": GEARS[1]}) == untiled
 
 
 def test_a_gears_untiled_program_pads_bit_for_bit():
@@ -360,29 +368,29 @@ def test_a_files_untiled_programs_are_checked_as_its_programs_are(junk, message)
 
 def test_a_ranges_listing_shows_each_gears_untiled_program(tmp_path: Path):
     path = tmp_path / "a.rtg"
-    path.write_text(_one_sequence("S: dyn 512..1024 = 1024, D = 768, H = 12"))
+    path.write_text(_one_sequence(TILED_RANGE))
     listing = _rtgraph("compile", str(path), "--emit", "listing")
     headings = [line for line in listing.splitlines() if line.startswith("## gear")]
     assert headings == [
-        "## gear S=512",
-        "## gear S=1024 (runs S = 513..1024; 513..1023 padded)",
-        "## gear S=1024 (runs S = 513..1024; 513..1023 padded), compiled again without tiling "
+        "## gear S=2048",
+        "## gear S=4096 (runs S = 2049..4096; 2049..4095 padded)",
+        "## gear S=4096 (runs S = 2049..4096; 2049..4095 padded), compiled again without tiling "
         "(a padded run takes whichever program its real shapes time faster)",
     ]
 
 
 def test_an_untiled_program_for_other_tensors_is_refused():
     """A geared program whose untiled program does not take the gear's inputs and give its
-    outputs (here the 512 gear's program, well formed on its own) is refused before anything
-    runs; a file's is checked the same way once read."""
-    text = _one_sequence("S: dyn 512..1024 = 1024, D = 768, H = 12")
-    geared = api.compile_gears(api.parse(text, "a.rtg"))
-    wrong = replace(geared, untiled=(({"S": 1024}, geared.select({"S": 512})),))
+    outputs (here the lower gear's program, well formed on its own) is refused before
+    anything runs; a file's is checked the same way once read."""
+    geared = _tiled_gears()
+    low, high = ({"S": g} for g in GEARS)
+    wrong = replace(geared, untiled=((high, geared.select(low)),))
     with pytest.raises(InputError, match="untiled program's inputs and outputs"):
-        api.choose_gear(wrong, {"S": 777})
+        api.choose_gear(wrong, {"S": UNTILED_AT})
     again = geared_from_dict(json.loads(json.dumps(wrong.to_dict())))
     with pytest.raises(InputError, match="untiled program's inputs and outputs"):
-        api.choose_gear(again, {"S": 777})
+        api.choose_gear(again, {"S": UNTILED_AT})
 
 
 def test_the_compile_says_which_optimizer_passes_changed_the_program():
@@ -390,9 +398,9 @@ def test_the_compile_says_which_optimizer_passes_changed_the_program():
     from rtgraph.compiler import compile_program
 
     spec = api.device_for(None, "ascend-910b")
-    for s, tiled in ((1024, True), (128, False)):
+    for s, tiled in ((GEARS[1], True), (128, False)):
         changed: set[str] = set()
-        program = api.parse(_one_sequence(f"S = {s}, D = 768, H = 12"), "a.rtg")
+        program = api.parse(_one_sequence(f"S = {s}, {WIDTH}"), "a.rtg")
         compile_program(program, spec, CompileOptions(streams="list"), changed=changed)
         assert ("tile_and_pipeline" in changed) is tiled
         assert "fuse_elementwise" in changed and "fold_batchnorm" not in changed
@@ -400,23 +408,26 @@ def test_the_compile_says_which_optimizer_passes_changed_the_program():
 
 def test_explain_says_which_gears_are_also_compiled_without_tiling(tmp_path: Path):
     path = tmp_path / "a.rtg"
-    path.write_text(_one_sequence("S: dyn 512..1024 = 1024, D = 768, H = 12"))
+    path.write_text(_one_sequence(TILED_RANGE))
     explained = _rtgraph("explain", str(path), "--streams", "list")
     line = "also compiled without tiling: a padded run takes whichever program its real shapes"
     low, high = explained.split("## gear ")[1:]
-    assert low.startswith("S=512") and line not in low  # nothing pads to it
-    assert high.startswith("S=1024") and line in high
+    assert low.startswith("S=2048") and line not in low  # nothing pads to it
+    assert high.startswith("S=4096") and line in high
 
 
 def test_the_cli_says_which_program_a_padded_run_took(tmp_path: Path):
     source, compiled = tmp_path / "a.rtg", tmp_path / "a.json"
-    source.write_text(_one_sequence("S: dyn 512..1024 = 1024, D = 768, H = 12"))
+    source.write_text(_one_sequence(TILED_RANGE))
 
     _rtgraph("compile", str(source), "-o", str(compiled), "--streams", "list")
-    table = _rtgraph("run", str(compiled), "--shapes", "S=600,900", "--timing-only")
+    shapes = f"S={UNTILED_AT},{TILED_AT}"
+    table = _rtgraph("run", str(compiled), "--shapes", shapes, "--timing-only")
     rows = {line.split()[0]: line for line in table.splitlines()[1:]}
-    assert "1024 (51%), untiled" in rows["600"] and "untiled" not in rows["900"]
-    data = json.loads(_rtgraph("run", str(compiled), "-D", "S=600", "--timing-only", "--json"))
+    assert "4096 (" in rows[f"{UNTILED_AT:,}"] and "%), untiled" in rows[f"{UNTILED_AT:,}"]
+    assert "untiled" not in rows[f"{TILED_AT:,}"]
+    run_at = f"S={UNTILED_AT}"
+    data = json.loads(_rtgraph("run", str(compiled), "-D", run_at, "--timing-only", "--json"))
     weighed = data["padding"]["programs_weighed_us"]
     assert set(weighed) == {"tiled", "untiled"} and weighed["untiled"] < weighed["tiled"]
     assert data["makespan_us"] == pytest.approx(weighed["untiled"])

@@ -28,6 +28,7 @@ task's flops are its head's: the epilogue is fixed-function work that streams wi
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -263,10 +264,34 @@ def _cost(types: Types, out: TensorType, attrs: Attrs) -> Cost:
 
 def body_cost(types: Types, out: TensorType, attrs: Attrs, *, as_stored: bool = True) -> Cost:
     """The steps' flops (a Cube body's: its head's); each input read once, the output written
-    once (``as_stored``: see :func:`step_types`)."""
+    once (``as_stored``: see :func:`step_types`). The optimizer asks for the same body's cost
+    at the same types many times (a tile count per candidate, an order per schedule): a valid
+    body's answer is kept (:data:`COST_CACHE` of them), an invalid one raises every time."""
     unit = attrs.get("unit", "vector")
-    values = step_types(types, attrs["body"], unit, as_stored=as_stored)
-    steps = attrs["body"][:1] if unit == "cube" else attrs["body"]
+    key = (tuple(types), out, attrs["body"], unit, as_stored)
+    try:
+        hash(key)
+    except TypeError:  # a body from a file may hold lists: costed, not kept
+        return _body_cost(types, out, attrs["body"], unit, as_stored)
+    return _kept_cost(*key)
+
+
+#: How many fused bodies' costs :func:`body_cost` keeps.
+COST_CACHE = 4096
+
+
+@functools.lru_cache(maxsize=COST_CACHE)
+def _kept_cost(
+    types: tuple[TensorType, ...], out: TensorType, body: Any, unit: Any, as_stored: bool
+) -> Cost:
+    return _body_cost(types, out, body, unit, as_stored)
+
+
+def _body_cost(
+    types: Sequence[TensorType], out: TensorType, body: Any, unit: Any, as_stored: bool
+) -> Cost:
+    values = step_types(types, body, unit, as_stored=as_stored)
+    steps = body[:1] if unit == "cube" else body
     flops = 0
     for k, (name, args, step_attrs, _, _) in enumerate(steps):
         op = lookup(name)

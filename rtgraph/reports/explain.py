@@ -13,9 +13,10 @@ from dataclasses import dataclass
 
 from rtgraph.compiler.optimizer.fold_batchnorm import FoldSite, fold_numerics, fold_sites
 from rtgraph.compiler.optimizer.pipeline import chosen_passes, optimize_steps
+from rtgraph.compiler.optimizer.predict import best_order, compared
 from rtgraph.compiler.optimizer.rewrite import output_parts
-from rtgraph.compiler.optimizer.stream_host_copies import plan_inputs
-from rtgraph.compiler.optimizer.tile_and_pipeline import plan_tiling
+from rtgraph.compiler.optimizer.stream_host_copies import plan_inputs, proposed
+from rtgraph.compiler.optimizer.tile_and_pipeline import as_judged, plan_tiling, tiled
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.compiler.passes.lower import lower
 from rtgraph.ir.graph import HostCopyNode, OpNode, Program
@@ -75,8 +76,13 @@ def explain(program: Program, options: CompileOptions, changed: set[str] | None 
         plans = []
         if name == "tile_and_pipeline":
             plans = _tiling(previous, options)
+            planned = as_judged(tiled(previous, options), options)
+            plans += _weighed(previous, planned, after_program, options)
         elif name == "stream_host_copies":
             plans = _streaming(previous, after_program, options)
+            plans += _weighed(previous, proposed(previous, options), after_program, options)
+        elif name == "order_for_overlap":
+            plans = _ordering(previous, options)
         elif name == "choose_precision" and options.precision != "keep":
             plans = decision_lines(program, options)
         lines += [*(found if not plans or found != NO_CHANGE else []), *plans]
@@ -197,6 +203,38 @@ def _tiling(program: Program, options: CompileOptions) -> list[str]:
             f"{untiled.predicted_us:.1f}, {options_text}"
         )
     return lines or ["  no chain starts on the Cube"]
+
+
+def _weighed(
+    before: Program, planned: Program, after: Program, options: CompileOptions
+) -> list[str]:
+    """The whole-program check of a pass whose plans changed something: the program with the
+    plans and without, as predicted, and which the pass kept."""
+    spans = None if planned is before else compared(planned, before, options)
+    if spans is None:
+        return []
+    kept = "left as it was: no faster" if after is before else "kept"
+    how = "as a list schedule" if options.streams == "list" else "on a stream per unit"
+    return [
+        f"  the whole program, predicted {how}: {spans[0]:.1f} µs with the plans above, "
+        f"{spans[1]:.1f} µs without — {kept}"
+    ]
+
+
+def _ordering(program: Program, options: CompileOptions) -> list[str]:
+    """The two orders ``order_for_overlap`` weighs, as predicted, and the one it keeps."""
+    chosen = best_order(program, options.target)
+    if chosen.written_us is None:
+        return ["  the program's own order kept: it places its work itself"]
+    if chosen.listed_us is None:
+        return [
+            f"  the program's order is the list schedule's ({chosen.written_us:.1f} µs predicted)"
+        ]
+    kept = "the list schedule's" if chosen.order != list(range(len(program.nodes))) else "its own"
+    return [
+        f"  predicted on a stream per unit: {chosen.written_us:.1f} µs in the program's order, "
+        f"{chosen.listed_us:.1f} µs in the order a list schedule starts the ops — {kept} kept"
+    ]
 
 
 def _streaming(before: Program, after: Program, options: CompileOptions) -> list[str]:

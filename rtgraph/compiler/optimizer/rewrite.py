@@ -276,3 +276,34 @@ def slice_rows(node: OpNode, program: Program) -> tuple[int, int] | None:
         return None
     start, stop, _ = slice(node.attrs.get("start"), node.attrs.get("stop")).indices(shape[0])
     return start, stop
+
+
+def sent_in_parts(program: Program, send: Callable[[int, str], bool]) -> list[Node]:
+    """The program's nodes with a ``to_host`` of each part of an output joined along axis 0,
+    right after the part is computed, where ``send`` says it pays for the smallest part."""
+    made = {n.output: n for n in program.nodes if isinstance(n, OpNode)}
+    count = uses(program)
+    parts: set[str] = set()
+    for name in program.outputs:
+        join = made.get(name)
+        if join is None or join.op != "concat" or len(set(join.inputs)) != len(join.inputs):
+            continue
+        t = program.tensors[name]
+        if t.type.rank == 0 or join.attrs.get("axis", 0) % t.type.rank != 0:
+            continue
+        if any(
+            p not in made or made[p].op in VIEW_OPS or count.get(p) != 1 or p in program.outputs
+            for p in join.inputs
+        ):
+            continue
+        smallest = min(program.tensors[p].type.nbytes for p in join.inputs)
+        if send(smallest, t.type.dtype):
+            parts.update(join.inputs)
+    if not parts:
+        return list(program.nodes)
+    out: list[Node] = []
+    for node in program.nodes:
+        out.append(node)
+        if isinstance(node, OpNode) and node.output in parts:
+            out.append(HostCopyNode("d2h", node.output, "", node.span))
+    return out

@@ -13,7 +13,12 @@ op whose rows depend only on the same rows of the input (a matmul's rows, an ele
 layernorm) is cut into K row tiles written in place and each tile waits for its part, anything
 else waits for every part. It keeps the K that finishes first, if it beats the whole copy by
 :data:`MIN_GAIN`; the parts are ``to_device(x, rows=[a, b])`` copies on a stream the compiler
-picks.
+picks. The predictions replay the work with HBM and the link shared as a run shares them
+(:mod:`rtgraph.timing.unit_replay`), and since each input is planned alone, the streamed
+program is kept only if the whole of it is predicted to run faster
+(:func:`~rtgraph.compiler.optimizer.predict.slower`): on models/transformer_block.rtg, whose
+order is pipelined by hand, the parts cost more than they hide (483.1 µs without them against
+518.2 µs with, by-unit).
 
 *Outputs.* An output that is a ``concat`` along axis 0 of parts computed one after another (the
 tiler's tiles) is sent part by part, each right after it is computed — when a part's transfer
@@ -26,28 +31,29 @@ computed by the same kernel on the same rows (a matmul in multiples of its row b
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
-from rtgraph.compiler.optimizer.host_link import copy_us, sends_in_parts
+from rtgraph.compiler.optimizer.host_link import sends_in_parts
+from rtgraph.compiler.optimizer.predict import op_work_of, slower
 from rtgraph.compiler.optimizer.rewrite import (
     concats_in_place,
     movable,
     pinned,
     rebuilt,
     renamed,
+    sent_in_parts,
     slice_rows,
-    uses,
     view_outputs,
 )
 from rtgraph.compiler.optimizer.split_axes import needs_row_blocks, operand_axes
-from rtgraph.compiler.optimizer.tile_and_pipeline import op_duration, retiled_attrs, tiled_type
+from rtgraph.compiler.optimizer.tile_and_pipeline import retiled_attrs, tiled_type
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.device.spec import DeviceSpec
 from rtgraph.ir.graph import HostCopyNode, Node, OpNode, Program, Tensor
 from rtgraph.ops.cube import ROW_BLOCK
 from rtgraph.ops.layout import VIEW_OPS
+from rtgraph.timing.unit_replay import Work, copy_work, replay
 
 #: The part counts tried for an input (each must divide its rows).
 PART_COUNTS = (2, 4, 8)
@@ -66,7 +72,15 @@ class InputPlan:
 
 def stream_host_copies(program: Program, options: CompileOptions) -> Program:
     """``program`` with inputs copied in row parts and outputs sent back in parts where the
-    cost model says the overlap pays."""
+    cost model says the overlap pays — if the whole program, so streamed, is predicted to run
+    faster (each input was planned alone)."""
+    result = proposed(program, options)
+    return program if slower(result, program, options) else result
+
+
+def proposed(program: Program, options: CompileOptions) -> Program:
+    """``program`` streamed as each input's plan chooses (before the whole-program check:
+    what ``rtgraph explain`` weighs)."""
     if not program.nodes or not all(movable(n) for n in program.nodes):
         return program  # explicit streams, synthetic kernels, placed copies: the author's order
     parts = {plan.name: plan.parts for plan in plan_inputs(program, options) if plan.parts > 1}
@@ -91,7 +105,7 @@ def streamed(
             if not (stream.row_blocks and rows // count % ROW_BLOCK):
                 nodes = _split_input(program, nodes, tensors, name, stream, count, tiled)
     split = _read_parts(replace(program, nodes=nodes, tensors={**program.tensors, **tensors}))
-    sent = _send_outputs(split, send)
+    sent = sent_in_parts(split, send)
     return program if sent == program.nodes else replace(split, nodes=sent)
 
 
@@ -235,11 +249,11 @@ def _predict(
     total = t.shape[0]
     rows = _rows(total, parts)
     size = total // parts
-    link = copy_us(t.nbytes // parts, t.dtype, spec, "h2d", program.tensors[x].pinned)
-    items: list[tuple[str | None, float, list[int]]] = []  # unit, duration, predecessors
+    link = copy_work("h2d", t.nbytes // parts, program.tensors[x].pinned)
+    items: list[tuple[Work, list[int]]] = []  # work, predecessors
     part_items: dict[str, list[int]] = {x: []}
     for _ in rows:
-        items.append(("h2d", link, []))
+        items.append((link, []))
         part_items[x].append(len(items) - 1)
 
     def under(name: str, lo: int, hi: int) -> list[int]:
@@ -256,10 +270,10 @@ def _predict(
         ]
         out = tiled_type(program.tensors[name].type, 0, size)
         tile = replace(node, attrs=retiled_attrs(node, tiled, out))
-        unit, took = op_duration(tile, tiled, out, spec)
+        work = op_work_of(tile, tiled, out, spec)
         for lo, hi in rows:
             deps = [d for i in node.inputs if i in part_items for d in under(i, lo, hi)]
-            items.append((unit, took, deps))
+            items.append((work, deps))
             part_items[name].append(len(items) - 1)
     views = view_outputs(program, stream.boundary)
     for node in stream.boundary:
@@ -268,45 +282,16 @@ def _predict(
         if node.output in views:  # a view: what reads it waits for the parts under it
             for r in reader.get(node.output, ()):
                 if r.output not in views:
-                    items.append((*_duration(r, program, spec), deps))
+                    items.append((_work(r, program, spec), deps))
         else:
-            items.append((*_duration(node, program, spec), deps))
-    return _finish(items)
+            items.append((_work(node, program, spec), deps))
+    works = [w for w, _ in items]
+    return replay(works, [d for _, d in items], range(len(items)), spec).makespan
 
 
-def _duration(node: OpNode, program: Program, spec: DeviceSpec) -> tuple[str, float]:
+def _work(node: OpNode, program: Program, spec: DeviceSpec) -> Work:
     types = [program.tensors[i].type for i in node.inputs]
-    return op_duration(node, types, program.tensors[node.output].type, spec)
-
-
-def _finish(items: list[tuple[str | None, float, list[int]]]) -> float:
-    """The makespan of a list schedule of ``items`` (each after its predecessors, on its
-    unit; among the ready ones, the earliest ready first)."""
-    n = len(items)
-    waiting = [len(set(deps)) for _, _, deps in items]
-    after: list[list[int]] = [[] for _ in range(n)]
-    for k, (_, _, deps) in enumerate(items):
-        for d in set(deps):
-            after[d].append(k)
-    ready = [0.0] * n
-    heap = [(0.0, k) for k in range(n) if waiting[k] == 0]
-    heapq.heapify(heap)
-    free: dict[str, float] = {}
-    end = 0.0
-    while heap:
-        at, k = heapq.heappop(heap)
-        unit, took, _ = items[k]
-        start = max(at, free.get(unit, 0.0)) if unit is not None else at
-        done = start + took
-        if unit is not None:
-            free[unit] = done
-        end = max(end, done)
-        for r in after[k]:
-            ready[r] = max(ready[r], done)
-            waiting[r] -= 1
-            if waiting[r] == 0:
-                heapq.heappush(heap, (ready[r], r))
-    return end
+    return op_work_of(node, types, program.tensors[node.output].type, spec)
 
 
 def _split_input(
@@ -388,34 +373,3 @@ def _fresh(name: str, program: Program, made: dict[str, Tensor]) -> str:
 
 
 # --- outputs ------------------------------------------------------------------------------
-
-
-def _send_outputs(program: Program, send: Callable[[int, str], bool]) -> list[Node]:
-    """The program's nodes with a ``to_host`` of each part of an output joined along axis 0,
-    right after the part is computed, where ``send`` says it pays for the smallest part."""
-    made = {n.output: n for n in program.nodes if isinstance(n, OpNode)}
-    count = uses(program)
-    parts: set[str] = set()
-    for name in program.outputs:
-        join = made.get(name)
-        if join is None or join.op != "concat" or len(set(join.inputs)) != len(join.inputs):
-            continue
-        t = program.tensors[name]
-        if t.type.rank == 0 or join.attrs.get("axis", 0) % t.type.rank != 0:
-            continue
-        if any(
-            p not in made or made[p].op in VIEW_OPS or count.get(p) != 1 or p in program.outputs
-            for p in join.inputs
-        ):
-            continue
-        smallest = min(program.tensors[p].type.nbytes for p in join.inputs)
-        if send(smallest, t.type.dtype):
-            parts.update(join.inputs)
-    if not parts:
-        return list(program.nodes)
-    out: list[Node] = []
-    for node in program.nodes:
-        out.append(node)
-        if isinstance(node, OpNode) and node.output in parts:
-            out.append(HostCopyNode("d2h", node.output, "", node.span))
-    return out

@@ -7,10 +7,20 @@ A *chain* is a run of movable ops, each reading the one before it as that value'
 Vector op that Cube op waits for (layernorm → ·W1 → GELU → ·W2 → + r). For every prefix of
 a chain, every axis of the prefix's result that :mod:`.split_axes` can carry back through every
 op, and every K in :data:`TILE_COUNTS` dividing that axis, the pass predicts the region's
-makespan with the cost model — each tile's tasks on their units in the skewed order, a stream
-per unit, then the concatenation and the rest of the chain — and keeps the fastest, if it
-beats the untiled chain by :data:`MIN_GAIN`. The tiles' working set (the intermediates of the
-tiles in flight) must fit in the device's memory beside what the program keeps resident.
+makespan — each tile's tasks on their units in the skewed order, a stream per unit, then the
+concatenation and the rest of the chain, replayed with HBM and the host link shared as a run
+shares them (:mod:`rtgraph.timing.unit_replay`) — and keeps the fastest, if it beats the
+untiled chain by :data:`MIN_GAIN`. The tiles' working set (the intermediates of the tiles in
+flight) must fit in the device's memory beside what the program keeps resident. A chain is
+planned alone; the tiled program is kept only if the whole of it is predicted to run faster
+(:func:`~rtgraph.compiler.optimizer.predict.slower`): where other work already fills the
+units, more and smaller tasks only add launches.
+
+Sharing is what decides: a matmul that writes its scores and a softmax that reads them both
+stream their bytes, so tile i + 1's scores next to tile i's softmax do not overlap for free —
+each gets about half of HBM. Memory-bound attention at 1,024 tokens is left whole; a
+compute-bound feed-forward layer over 4,096 rows is cut (models/mlp.rtg at B = 4,096,
+D = 1,024, F = 4,096: 1,367.1 µs at -O1, 1,056.0 µs at -O2 on a stream per unit).
 
 Tiles read their operands through ``slice`` views (no copies) and the tiles' results are joined
 by one ``concat`` under the chain's result name, so every pinned name survives.
@@ -24,13 +34,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from rtgraph.compiler.optimizer.host_link import copy_us, sends_in_parts
+from rtgraph.compiler.optimizer.host_link import sends_in_parts
+from rtgraph.compiler.optimizer.predict import op_work_of, slower
 from rtgraph.compiler.optimizer.rewrite import (
     movable,
     movable_ops,
     pinned,
     readers,
     rebuilt,
+    sent_in_parts,
     uses,
     view_outputs,
 )
@@ -42,6 +54,7 @@ from rtgraph.ir.graph import Node, OpNode, Program, Tensor
 from rtgraph.ops import lookup
 from rtgraph.ops.cube import ROW_BLOCK
 from rtgraph.timing.costmodel import arithmetic_dtype, block_dim_for, estimate_us
+from rtgraph.timing.unit_replay import VIEW, Work, alone_us, copy_work, replay
 
 #: The tile counts tried (a tile count divides the cut axis; more tiles pay more launches).
 TILE_COUNTS = (2, 3, 4, 6, 8, 12, 16)
@@ -285,22 +298,22 @@ def _tiles(
 
 
 class _Costs:
-    """Task durations of a chain's ops, whole and as tiles, computed once each."""
+    """The work of a chain's ops, whole and as tiles, computed once each."""
 
     def __init__(self, program: Program, chain: tuple[OpNode, ...], spec: DeviceSpec) -> None:
         self.program, self.chain, self.spec = program, chain, spec
-        self.cache: dict[tuple[int, int, int], tuple[str, float] | None] = {}
+        self.works: dict[tuple[int, int, int], Work] = {}
         self.views = view_outputs(program, chain)
         self.splits: dict[tuple[str, int], Split | None] = {}
 
-    def task(self, j: int, split: _Split | None, tiles: int) -> tuple[str, float] | None:
-        """Op ``j``'s unit and duration as one of ``tiles`` tiles (None: a view, no task)."""
+    def work(self, j: int, split: _Split | None, tiles: int) -> Work:
+        """Op ``j``'s work as one of ``tiles`` tiles (a view's: none)."""
         node = self.chain[j]
         if node.output in self.views:
-            return None
+            return VIEW
         axis = split.axes[j] if split is not None and tiles > 1 else 0
         key = (j, axis, tiles if split is not None else 1)
-        if key not in self.cache:
+        if key not in self.works:
             types = self.program.tensors
             out = types[node.output].type
             ins = [types[i].type for i in node.inputs]
@@ -318,61 +331,49 @@ class _Costs:
                         for n, t in zip(node.inputs, ins, strict=True)
                     ]
                 node = replace(node, attrs=retiled_attrs(node, ins, out))
-            self.cache[key] = op_duration(node, ins, out, self.spec)
-        return self.cache[key]
+            self.works[key] = op_work_of(node, ins, out, self.spec)
+        return self.works[key]
 
 
 def _predict(costs: _Costs, length: int, split: _Split | None, tiles: int) -> float:
     """The chain's makespan on a stream per unit: the first ``length`` ops as ``tiles`` tiles
-    in the skewed order (then joined by a copy unless written in place), the rest whole."""
-    free: dict[str, float] = {}
-    done = [[0.0] * max(tiles, 1) for _ in range(len(costs.chain))]
-
-    def run(j: int, t: int, ready: float, parts: int, cut: _Split | None) -> None:
-        task = costs.task(j, cut, parts)
-        if task is None:
-            done[j][t] = ready
-            return
-        unit, took = task
-        start = max(ready, free.get(unit, 0.0))
-        done[j][t] = free[unit] = start + took
-
+    in the skewed order (then joined by a copy unless written in place), the rest whole, and —
+    if the result is an output — its copy back to the host, in parts as the tiles finish where
+    :mod:`.stream_host_copies` will send it so, else whole. Replayed with HBM and the host
+    link shared as a run shares them (:func:`~rtgraph.timing.unit_replay.replay`): Cube and
+    Vector tiles that both stream their bytes overlap only as far as the bandwidth allows."""
+    works: list[Work] = []
+    inputs: list[list[int]] = []
     parts = tiles if split is not None else 1
+    item = [[-1] * parts for _ in range(len(costs.chain))]
+
+    def add(work: Work, after: list[int]) -> int:
+        works.append(work)
+        inputs.append([a for a in after if a >= 0])
+        return len(works) - 1
+
     for step in range(parts + length - 1):
         for j in range(length):
             t = step - j
             if 0 <= t < parts:
-                run(j, t, done[j - 1][t] if j else 0.0, parts, split)
-    end = max(done[length - 1][:parts])
+                item[j][t] = add(costs.work(j, split, parts), [item[j - 1][t]] if j else [])
+    last = [item[length - 1][t] for t in range(parts)]
+    tail = last
     if parts > 1 and costs.chain[length - 1].output in costs.views:
-        last = costs.program.tensors[costs.chain[length - 1].output].type
-        copy = estimate_us("vector", last.dtype, 0, 2 * last.nbytes, 1, costs.spec)
-        end = free["vector"] = max(end, free.get("vector", 0.0)) + copy
+        joined = costs.program.tensors[costs.chain[length - 1].output].type
+        tail = [add(Work("vector", dtype=joined.dtype, hbm_bytes=2 * joined.nbytes), last)]
     for j in range(length, len(costs.chain)):
-        run(j, 0, end, 1, None)
-        end = done[j][0]
-    end = max(end, *free.values()) if free else end
-    return _sent(costs, length, split, parts, done, end)
-
-
-def _sent(
-    costs: _Costs, length: int, split: _Split | None, parts: int, done: list, end: float
-) -> float:
-    """When the chain's result is back on the host, if it is an output (else ``end``): sent in
-    parts as the tiles finish where :mod:`.stream_host_copies` will do so, else whole."""
-    last = costs.chain[-1].output
-    if last not in costs.program.outputs:
-        return end
-    t = costs.program.tensors[last].type
-    cut = split is not None and parts > 1 and length == len(costs.chain) and split.axes[-1] == 0
-    if not cut or not sends_in_parts(t.nbytes // parts, t.dtype, costs.spec):
-        return end + copy_us(t.nbytes, t.dtype, costs.spec, "d2h")
-    link = 0.0
-    for k in range(parts):
-        link = max(link, done[length - 1][k]) + copy_us(
-            t.nbytes // parts, t.dtype, costs.spec, "d2h"
-        )
-    return max(end, link)
+        tail = [add(costs.work(j, None, 1), tail)]
+    out = costs.chain[-1].output
+    if out in costs.program.outputs:
+        t = costs.program.tensors[out].type
+        cut = parts > 1 and length == len(costs.chain) and split is not None and split.axes[-1] == 0
+        if cut and sends_in_parts(t.nbytes // parts, t.dtype, costs.spec):
+            for k in range(parts):
+                add(copy_work("d2h", t.nbytes // parts), [last[k]])
+        else:
+            add(copy_work("d2h", t.nbytes), tail)
+    return replay(works, inputs, range(len(works)), costs.spec, in_order=True).makespan
 
 
 def plan_region(
@@ -414,9 +415,9 @@ def _worth_cutting(costs: _Costs, spec: DeviceSpec) -> bool:
     and Vector time, and every extra tile costs at least one more launch on each unit."""
     busy: dict[str, float] = {}
     for j in range(len(costs.chain)):
-        task = costs.task(j, None, 1)
-        if task is not None:
-            busy[task[0]] = busy.get(task[0], 0.0) + task[1]
+        work = costs.work(j, None, 1)
+        if work.lane is not None:
+            busy[work.lane] = busy.get(work.lane, 0.0) + alone_us(work, spec)
     launches = spec.unit("cube").launch_us + spec.unit("vector").launch_us
     return min(busy.get("cube", 0.0), busy.get("vector", 0.0)) > launches
 
@@ -429,7 +430,24 @@ def plan_tiling(program: Program, options: CompileOptions) -> list[RegionPlan]:
 
 
 def tile_and_pipeline(program: Program, options: CompileOptions) -> Program:
-    """``program`` with every chain the cost model says gains from it tiled and skewed."""
+    """``program`` with every chain the cost model says gains from it tiled and skewed — if
+    the whole program, so tiled, is predicted to run faster (each chain was planned alone,
+    and the work beside it may already fill the units)."""
+    result = tiled(program, options)
+    return program if slower(as_judged(result, options), program, options) else result
+
+
+def as_judged(result: Program, options: CompileOptions) -> Program:
+    """A tiled program as its whole-program check predicts it: with each output joined from
+    tiles sent back in parts where :mod:`.stream_host_copies` will send it so."""
+    spec = options.target
+    sent = sent_in_parts(result, lambda nbytes, dtype: sends_in_parts(nbytes, dtype, spec))
+    return result if sent == result.nodes else replace(result, nodes=sent)
+
+
+def tiled(program: Program, options: CompileOptions) -> Program:
+    """``program`` with the tiling every chain's plan chooses (before the whole-program
+    check: what ``rtgraph explain`` weighs)."""
     if program.has_explicit_streams:
         return program
     replaced: dict[str, list[OpNode]] = {}  # the last tiled op's output -> the region's nodes
