@@ -6,9 +6,12 @@ against the emulator's own runs of the bundled models."""
 from __future__ import annotations
 
 from dataclasses import replace
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rtgraph import api
 from rtgraph.compiler.optimizer import predict
@@ -172,3 +175,51 @@ def test_explain_shows_each_whole_program_check_and_the_orders_weighed():
     assert sections["stream_host_copies"].rstrip().endswith("— kept")
     ordering = sections["order_for_overlap"]
     assert "in the program's order" in ordering and "the list schedule's kept" in ordering
+
+
+@st.composite
+def _dags(draw):
+    """Random works on the toy device's lanes, each after some of the ones before it."""
+    n = draw(st.integers(1, 12))
+    works, inputs = [], []
+    for i in range(n):
+        kind = draw(st.sampled_from(["cube", "vector", "h2d", "d2h", "view"]))
+        nbytes = draw(st.integers(0, 4000))
+        if kind == "view":
+            works.append(VIEW)
+        elif kind in ("h2d", "d2h"):
+            works.append(copy_work(kind, nbytes))
+        else:
+            works.append(Work(kind, flops=draw(st.integers(0, 4000)), hbm_bytes=nbytes))
+        inputs.append(sorted(draw(st.sets(st.integers(0, i - 1), max_size=3)) if i else []))
+    rank = draw(st.permutations(range(n)))
+    return works, inputs, list(rank)
+
+
+@settings(max_examples=200, deadline=None)
+@given(dag=_dags(), in_order=st.booleans(), shared=st.booleans())
+def test_a_replay_keeps_every_edge_one_item_a_lane_and_no_item_faster_than_alone(
+    dag, in_order, shared
+):
+    works, inputs, rank = dag
+    if in_order:  # in the items' order, which puts every item after its inputs: no deadlock
+        rank = list(range(len(works)))
+    timed = replay(works, inputs, rank, TOY, in_order=in_order, shared=shared)
+    assert len(timed.order) == len(works)
+    for i, srcs in enumerate(inputs):
+        assert all(timed.start[i] >= timed.end[s] - 1e-9 for s in srcs)
+    lanes: dict = {}
+    for i, w in enumerate(works):
+        if w.lane is not None:
+            lane = "dma" if w.lane in ("h2d", "d2h") else w.lane
+            lanes.setdefault(lane, []).append((timed.start[i], timed.end[i], i))
+            took = timed.end[i] - timed.start[i]
+            alone = alone_us(w, TOY)
+            assert took >= alone - 1e-9  # sharing never speeds an item up
+            if not shared:
+                assert took == pytest.approx(alone)
+    for items in lanes.values():
+        items.sort()
+        assert all(a[1] <= b[0] + 1e-9 for a, b in pairwise(items))
+        if in_order:  # each lane runs its items in rank order
+            assert [rank[i] for _, _, i in items] == sorted(rank[i] for _, _, i in items)

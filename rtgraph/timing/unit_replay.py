@@ -8,8 +8,9 @@ not overlap for free — they share HBM, and the emulator (like the device) give
 max-min fair share. A prediction that overlaps them fully tiles attention into more, smaller
 tasks that run no faster, and orders ops for an overlap that is not there.
 
-:func:`replay` runs items on lanes — one Cube, one Vector, one per host-link direction, as a
-stream per unit has them — with the emulator's own
+:func:`replay` runs items on lanes — one Cube, one Vector, one DMA, as a stream per unit has
+them (host copies in both directions queue on the DMA lane; their bytes cross the link's own
+direction) — with the emulator's own
 :class:`~rtgraph.timing.task_costs.HbmTimer` on the same event engine: launch, compute, HBM
 bytes and host copies timed and shared exactly as a run times them (no host thread, no event
 latency). A lane runs one item at a time. In ``list`` mode a free lane starts the ready item of
@@ -34,7 +35,7 @@ from rtgraph.timing.task_costs import HbmTimer, TaskCosts, set_costs
 
 __all__ = ["VIEW", "Replayed", "Work", "alone_us", "copy_work", "op_work", "replay"]
 
-#: Lanes of host copies: one per direction of the (full-duplex) link.
+#: The directions a host copy crosses the (full-duplex) link in; both queue on one DMA lane.
 LINKS = ("h2d", "d2h")
 
 
@@ -166,13 +167,14 @@ def replay(
     def release(i: int) -> None:
         """Item ``i``'s inputs are done: a view finishes at once, else it waits for its lane."""
         lane = _lane(works[i])
-        if lane is None:
+        if lane is None:  # finished by the event loop, not here: a chain of views recurses
             start[i] = engine.now
             order.append(i)
-            finish(i)
+            engine.at(engine.now, STATE, finish, i)
             return
         ready[i] = True
-        heapq.heappush(lanes[lane], (rank[i], i))
+        if not in_order:
+            heapq.heappush(lanes[lane], (rank[i], i))
         engine.at(engine.now, DISPATCH, dispatch, lane)
 
     def dispatch(lane: str) -> None:
