@@ -12,8 +12,9 @@ whole — its compiles and its runs — the best of two taken in turn):
   the numbers, which cost the same in all three and dominate: 40 s at 4,096); the padded
   size is run once more with numbers and compared with the reference at its own length. A
   sweep over sizes between the gears then gives each padded run against a static compile at
-  its size, with the program it ran (the gear's tiled or untiled one) and the gear's own
-  makespan — what the run was charged before tasks were timed at their real shapes.
+  its size, with the program it ran (the gear's own, untiled or reordered one: whichever its
+  real shapes time fastest) and the gear's own makespan — what the run was charged before
+  tasks were timed at their real shapes.
 * **a batch range**: models/transformer_stack.rtg with ``B: dyn 1..16`` (compiled at 1, 2, 4,
   8, 16) run at B = 3, 5, 9, 16 with numerics — a padded run for the three between gears —
   against a static compile and run per value; each row gives both makespans, the gear run and

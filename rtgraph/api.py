@@ -20,7 +20,8 @@ from typing import Any
 import numpy as np
 
 from rtgraph import emulator, frontend
-from rtgraph.compiler import CompileOptions, compile_program
+from rtgraph.compiler import CompileOptions, bucket_order, compile_program
+from rtgraph.compiler.bucket_order import inside, ordered_at
 from rtgraph.compiler.optimizer.levels import DEFAULT_LEVEL
 from rtgraph.compiler.optimizer.pipeline import TILING_PASSES, chosen_passes
 from rtgraph.compiler.optimizer.pipeline import as_checked as _as_checked
@@ -173,19 +174,30 @@ def compile_gears(
         return bound[tuple(values.items())]
 
     _check_ranges(program, at)
-    compiled, untiled = [], []
+    compiled, untiled, reordered = [], [], []
     flat = _untiled_options(options)
     for values in map(dict, bound):
         # the ops a run padded to this gear tells the real extents, marked (rtgraph.ops.extents)
         marks, padded = gear_padding(program.ranges, values, at)
         marked = with_extents(at(values), marks, padded)
         changed: set[str] = set()
-        compiled.append((values, compile_program(marked, spec, options, changed=changed)))
+        own = compile_program(marked, spec, options, changed=changed)
+        compiled.append((values, own))
+        if not padded:
+            continue
         # a run pads to it and the gear was tiled: its tiles may not suit the run's rows
-        if padded and flat is not None and changed & set(TILING_PASSES):
+        if flat is not None and changed & set(TILING_PASSES):
             other = compile_program(marked, spec, flat)
-            if [t.name for t in other.tasks] != [t.name for t in compiled[-1][1].tasks]:
+            if [t.name for t in other.tasks] != [t.name for t in own.tasks]:
                 untiled.append((values, other))
+        # every run padded to it is smaller: its op order, chosen at its own size, may not suit
+        middle = inside(values, program.gears, program.ranges)
+        if middle is not None:
+            again = bucket_order.reordered(marked, bind(middle), middle, spec, options)
+            if again is not None:
+                if own.meta.get("batchnorms_folded"):  # a run is checked as the gear is
+                    again.meta["batchnorms_folded"] = True
+                reordered.append((values, again))
     return GearedProgram(
         program.name,
         dict(program.gears),
@@ -193,6 +205,7 @@ def compile_gears(
         dict(program.ranges),
         fixed,
         tuple(untiled),
+        tuple(reordered),
     )
 
 
@@ -297,23 +310,31 @@ def choose_gear(
         )
     bound = bind_gear(geared, gear, device=device)
     plan = pad_plan(bind_gear(geared, values, device=device), bound, values, gear)
-    untiled = geared.untiled_for(gear)
-    if untiled is None:
+    # the gear's tiles and order were chosen for its own shapes: time each program at the run's
+    untiled, again = geared.untiled_for(gear), geared.reordered_for(gear)
+    own = "tiled" if untiled is not None else "own"
+    candidates = {own: compiled}
+    for label, other in (("untiled", untiled), ("reordered", again)):
+        if other is None:
+            continue
+        if _hosts(other) != _hosts(compiled):
+            raise InputError(
+                f"'{geared.name}' at {gear}: its {label} program's inputs and outputs are not "
+                "its program's",
+                hint="recompile it from its .rtg file",
+            )
+        candidates[label] = other
+    if len(candidates) == 1:
         return compiled, plan
-    if _hosts(untiled) != _hosts(compiled):
-        raise InputError(
-            f"'{geared.name}' at {gear}: its untiled program's inputs and outputs are not its "
-            "program's",
-            hint="recompile it from its .rtg file",
-        )
-    # the gear's tiles were chosen for its own shapes: time both programs at the run's
     spec = device_for(device, compiled.device)
     timed = {
-        name: emulator.run(plan.bind(p, spec), spec, numerics=False).makespan_us
-        for name, p in (("tiled", compiled), ("untiled", untiled))
+        label: emulator.run(plan.bind(p, spec), spec, numerics=False).makespan_us
+        for label, p in candidates.items()
     }
-    plan = replace(plan, weighed=timed)
-    return (untiled, plan) if timed["untiled"] < timed["tiled"] else (compiled, plan)
+    faster = min(timed, key=lambda k: (timed[k], k != own))  # a tie runs the gear's own
+    at = ordered_at(again) if again is not None else None
+    plan = replace(plan, weighed=timed, ordered_at=at or {})
+    return candidates[faster], plan
 
 
 def _hosts(program: StreamProgram) -> dict[str, tuple[str, tuple[int, ...], str]]:

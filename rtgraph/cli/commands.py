@@ -28,8 +28,9 @@ from rtgraph.cli.completion import SCRIPTS
 from rtgraph.cli.gears import each_gear, gear_heading, geared_text, still_dynamic
 from rtgraph.cli.parser import build_parser
 from rtgraph.cli.run import cmd_report, cmd_run
+from rtgraph.compiler.bucket_order import inside
 from rtgraph.compiler.memplan import greedy_by_size, plan, read_records_csv
-from rtgraph.compiler.optimizer.pipeline import TILING_PASSES, optimized_ir
+from rtgraph.compiler.optimizer.pipeline import TILING_PASSES, chosen_passes, optimized_ir
 from rtgraph.compiler.padding import describe_extents, gear_padding
 from rtgraph.device import describe, list_devices
 from rtgraph.errors import RtgError, UsageError
@@ -146,6 +147,13 @@ def cmd_explain(args: argparse.Namespace) -> int:
             print(
                 "also compiled without tiling: a padded run takes whichever program its real "
                 "shapes time faster\n"
+            )
+        middle = inside(values, program.gears, ranges) if padded else None
+        if middle is not None and "order_for_overlap" in chosen_passes(options):
+            at = ", ".join(f"{n} = {v}" for n, v in middle.items() if v != values[n])
+            print(
+                f"also compiled in the op order chosen for {at}, where that order differs: a "
+                "padded run takes whichever program its real shapes time faster\n"
             )
         print(text)
     return 0

@@ -17,6 +17,7 @@ import json
 
 from rtgraph import api
 from rtgraph.cli.arguments import check_options, compile_options, is_compiled, parse_defines
+from rtgraph.compiler.bucket_order import ordered_at
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.device.spec import DeviceSpec
 from rtgraph.errors import RtgError, UsageError
@@ -87,11 +88,17 @@ def geared_text(
     for values, compiled in geared.programs:
         shown = gear_heading(values, geared.gears, geared.ranges)
         parts.append(f"## gear {shown}\n\n{format_listing(compiled)}")
+        # a padded run takes whichever of the gear's programs its real shapes time faster
+        faster = "(a padded run takes whichever program its real shapes time faster)"
         untiled = geared.untiled_for(values)
-        if untiled is not None:  # a padded run takes whichever its real shapes time faster
-            heading = f"## gear {shown}, compiled again without tiling (a padded run takes"
-            heading += " whichever program its real shapes time faster)"
+        if untiled is not None:
+            heading = f"## gear {shown}, compiled again without tiling {faster}"
             parts.append(f"{heading}\n\n{format_listing(untiled)}")
+        again = geared.reordered_for(values)
+        if again is not None:
+            at = ", ".join(f"{n} = {v}" for n, v in (ordered_at(again) or {}).items())
+            heading = f"## gear {shown}, compiled again in the order chosen for {at} {faster}"
+            parts.append(f"{heading}\n\n{format_listing(again)}")
     return "\n".join(parts)
 
 
@@ -191,6 +198,8 @@ def _run_one(
             padded = ", ".join(f"{plan.gear[n]}" for n in plan.values) + f" ({plan.wasted:.0%})"
             if plan.weighed and compiled is geared.untiled_for(plan.gear):
                 padded += ", untiled"  # the gear's program without tiling ran: the faster
+            elif plan.weighed and compiled is geared.reordered_for(plan.gear):
+                padded += ", reordered"  # the gear's program in its bucket's order ran
         error = None
         if program is not None:
             checked = api.as_checked(

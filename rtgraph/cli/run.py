@@ -56,6 +56,7 @@ def padding_json(plan: PadPlan) -> dict:
         "wasted": plan.wasted,
         "timed_at_real_shapes": plan.timed,
         "programs_weighed_us": plan.weighed,
+        "reordered_for": plan.ordered_at,  # the sizes the "reordered" program's order suits
     }
 
 

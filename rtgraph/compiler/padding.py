@@ -82,8 +82,11 @@ class PadPlan:
     #: their real shapes (a program compiled with real extents) or at the gear's
     timed: bool = False
     #: the makespans (µs, at the real shapes) of the gear's programs weighed for the run —
-    #: ``tiled`` and ``untiled`` — when the gear was compiled both ways; the faster one ran
+    #: its own (``tiled`` when it has an ``untiled`` one, else ``own``), ``untiled`` and
+    #: ``reordered`` — when the gear was compiled more than one way; the fastest one ran
     weighed: dict[str, float] = field(default_factory=dict)
+    #: the values the ``reordered`` program's order was chosen at (when it was weighed)
+    ordered_at: dict[str, int] = field(default_factory=dict)
 
     @property
     def wasted(self) -> float:
@@ -137,12 +140,24 @@ class PadPlan:
             f"{self.padded_flops - self.flops:,} ({self.wasted:.1%}) of them on padding; {timed}"
         )
         if self.weighed:
-            ran, other = sorted(self.weighed, key=lambda k: (self.weighed[k], k))
+            # the fastest ran; a tie, the gear's own (as rtgraph.choose_gear decides)
+            ran, *others = sorted(
+                self.weighed, key=lambda k: (self.weighed[k], k not in ("own", "tiled"), k)
+            )
+            against = ", ".join(f"{self.weighed[o]:,.1f} µs {self._named(o)}" for o in others)
             line += (
-                f"; ran the gear's {ran} program ({self.weighed[ran]:,.1f} µs at the real "
-                f"shapes against {self.weighed[other]:,.1f} µs {other})"
+                f"; ran the gear's {self._named(ran, ran=True)} ({self.weighed[ran]:,.1f} µs "
+                f"at the real shapes against {against})"
             )
         return line
+
+    def _named(self, label: str, ran: bool = False) -> str:
+        """A weighed program's name in the report (``ran``: as the one that ran): its label,
+        or for the reordered one the sizes its order was chosen for."""
+        if label != "reordered":
+            return f"{label} program" if ran else label
+        at = ", ".join(f"{n} = {v}" for n, v in self.ordered_at.items()) or "inside its bucket"
+        return f"{'program ' if ran else ''}in the order chosen for {at}"
 
 
 def _same_result(task: Task, attrs: Mapping[str, Any], values: Mapping[str, int]) -> None:

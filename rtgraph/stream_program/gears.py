@@ -14,12 +14,14 @@ The JSON form (``rtgraph compile`` of such a program) is one object::
     {"schema": "rtgraph.geared-program", "version": 1, "name": …,
      "gears": {"B": [1, 2, 4, 8]}, "ranges": {"B": [1, 8]}, "params": {"D": 256},
      "programs": [{"values": {"B": 1}, "program": {…a stream program…}}, …],
-     "untiled": [{"values": {"B": 8}, "program": {…}}, …]}
+     "untiled": [{"values": {"B": 8}, "program": {…}}, …],
+     "reordered": [{"values": {"B": 8}, "program": {…}}, …]}
 
 each ``program`` checked field by field as a stream program file is; ``ranges`` (the ends of
 each ranged parameter) and ``params`` (the other parameters' values, to bind the source again
 at a padded run's real values) may be absent, as in files written before ranges, and
-``untiled`` (a gear's program compiled without tiling, for padded runs) too.
+``untiled`` (a gear's program compiled without tiling, for padded runs) and ``reordered`` (a
+gear's program in the op order chosen inside its bucket, for padded runs) too.
 """
 
 from __future__ import annotations
@@ -50,6 +52,10 @@ class GearedProgram:
     #: program: a padded run takes whichever of the two its real shapes time faster
     #: (:func:`rtgraph.api.choose_gear`)
     untiled: tuple[tuple[dict[str, int], StreamProgram], ...] = ()
+    #: a gear that runs padded, compiled again in the op order its optimizer chooses at a
+    #: size inside the gear's bucket (``meta["ordered_at"]``) where that order differs: the
+    #: order suits the runs padded to the gear, which are all smaller than it
+    reordered: tuple[tuple[dict[str, int], StreamProgram], ...] = ()
 
     @property
     def device(self) -> str:
@@ -58,6 +64,10 @@ class GearedProgram:
     def untiled_for(self, gear: Mapping[str, int]) -> StreamProgram | None:
         """The gear's program compiled without tiling, if it was kept."""
         return next((p for v, p in self.untiled if v == dict(gear)), None)
+
+    def reordered_for(self, gear: Mapping[str, int]) -> StreamProgram | None:
+        """The gear's program in the order chosen inside its bucket, if it was kept."""
+        return next((p for v, p in self.reordered if v == dict(gear)), None)
 
     def select(self, values: Mapping[str, int]) -> StreamProgram:
         """The program compiled for ``values`` (every dynamic parameter given; values for a
@@ -125,6 +135,7 @@ class GearedProgram:
             "params": dict(self.params),
             "programs": [{"values": v, "program": to_dict(p)} for v, p in self.programs],
             "untiled": [{"values": v, "program": to_dict(p)} for v, p in self.untiled],
+            "reordered": [{"values": v, "program": to_dict(p)} for v, p in self.reordered],
         }
 
 
@@ -165,16 +176,20 @@ def geared_from_dict(data: dict[str, Any]) -> GearedProgram:
             f"programs: {len(programs)} for {expected} gear combinations",
             hint="every combination of the gears has its program",
         )
-    untiled = data.get("untiled", [])
-    if not isinstance(untiled, list):
-        raise StreamProgramError("untiled: must be a list of gears' programs")
+    others = {}
+    for key in ("untiled", "reordered"):
+        found = data.get(key, [])
+        if not isinstance(found, list):
+            raise StreamProgramError(f"{key}: must be a list of gears' programs")
+        others[key] = _entries(key, found, table)
     return GearedProgram(
         name,
         table,
         programs,
         _ranges(data, table),
         _params(data, table),
-        _entries("untiled", untiled, table),
+        others["untiled"],
+        others["reordered"],
     )
 
 
