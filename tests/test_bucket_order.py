@@ -19,6 +19,7 @@ import pytest
 
 from rtgraph import api
 from rtgraph.compiler.bucket_order import ORDERED_AT, inside, ordered_at
+from rtgraph.compiler.options import CompileOptions
 from rtgraph.errors import InputError, StreamProgramError
 from rtgraph.stream_program.gears import geared_from_dict
 
@@ -160,3 +161,18 @@ def test_the_cli_lists_explains_and_marks_the_reordered_runs(tmp_path: Path):
     assert weighed["reordered"] < weighed["own"]
     assert data["padding"]["reordered_for"] == {"S": 768}
     assert data["makespan_us"] == pytest.approx(weighed["reordered"])
+
+
+def test_a_range_compiled_at_another_precision_keeps_its_bucket_orders():
+    """The reordered program is compiled from the gear's optimized program as it stands:
+    its precision already chosen (the options' --precision is not asked for twice)."""
+    text = _text(NARROW)
+    geared = api.compile_gears(api.parse(text, "a.rtg"), options=CompileOptions(precision="f32"))
+    again = geared.reordered_for({"S": 1024})
+    assert again is not None
+    assert {t.output.dtype for t in again.tasks if t.output is not None} == {
+        t.output.dtype for t in geared.select({"S": 1024}).tasks if t.output is not None
+    }
+    compiled, plan = api.choose_gear(geared, {"S": 777})
+    assert set(plan.weighed) == {"own", "reordered"}
+    assert compiled in (again, geared.select({"S": 1024}))

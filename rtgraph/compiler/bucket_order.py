@@ -86,7 +86,9 @@ def reordered(
     nodes = sorted(gear_ir.nodes, key=lambda n: place[_key(n)])
     if nodes == order_for_overlap(gear_ir, bound).nodes:
         return None
-    compiled = compile_program(replace(gear_ir, nodes=nodes), device, replace(bound, passes=()))
+    # already optimized (and its precision chosen): compiled as it stands
+    as_is = replace(bound, passes=(), precision="keep")
+    compiled = compile_program(replace(gear_ir, nodes=nodes), device, as_is)
     compiled.meta[ORDERED_AT] = dict(at)
     return compiled
 
