@@ -17,7 +17,7 @@ from rtgraph import api
 from rtgraph.compiler.optimizer import predict
 from rtgraph.compiler.optimizer.pipeline import chosen_passes, optimized_ir
 from rtgraph.compiler.optimizer.stream_host_copies import proposed, stream_host_copies
-from rtgraph.compiler.optimizer.tile_and_pipeline import tile_and_pipeline, tiled
+from rtgraph.compiler.optimizer.tile_and_pipeline import as_judged, tile_and_pipeline, tiled
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.reports.explain import explain
 from rtgraph.timing.unit_replay import VIEW, Work, alone_us, copy_work, replay
@@ -123,7 +123,7 @@ def test_a_pass_keeps_its_plans_only_where_the_whole_program_is_predicted_faster
         before = _before(program, options, "tile_and_pipeline")
         planned = tiled(before, options)
         assert planned is not before  # some chain's own plan cuts it
-        new, old = predict.compared(planned, before, options)
+        new, old = predict.compared(as_judged(planned, options), before, options)
         result = tile_and_pipeline(before, options)
         assert (result is not before) == (new < old)
         kept[name] = result is not before
