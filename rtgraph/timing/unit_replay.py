@@ -84,8 +84,9 @@ def alone_us(work: Work, spec: DeviceSpec) -> float:
 
 @dataclass(frozen=True)
 class Replayed:
-    """Each item's start and end (µs; an item never reached has neither) and the order the
-    lanes started them in."""
+    """Each item's start and end (µs) and the order the lanes started them in; an item never
+    reached (an in-order lane waiting on an item behind it) is missing from ``order`` and keeps
+    0.0 in ``start`` and ``end``."""
 
     start: list[float]
     end: list[float]
