@@ -57,8 +57,8 @@ from rtgraph.compiler.optimizer.precision_rewrite import (
     is_float,
 )
 from rtgraph.compiler.optimizer.precision_vocabulary import Budget, parse_budget
+from rtgraph.compiler.optimizer.predict import op_work_of
 from rtgraph.compiler.optimizer.rewrite import memoized, movable, movable_ops
-from rtgraph.compiler.optimizer.tile_and_pipeline import op_duration
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.device.spec import DeviceSpec
 from rtgraph.dtypes import TensorType
@@ -68,6 +68,7 @@ from rtgraph.ir.graph import OpNode, Program, Tensor
 from rtgraph.ir.interpreter import evaluate
 from rtgraph.ops import fusion_of, lookup
 from rtgraph.ops.registry import ELEMENT_MOVES
+from rtgraph.timing.unit_replay import alone_us
 
 #: Ops kept at f16 or above whatever the budget allows (AMP's float32 list, less what f16
 #: hardware computes with f32 inside: softmax and the norms accumulate in f32 here already).
@@ -294,7 +295,8 @@ class _Analysis:
             if node.op == "quantize" and self._quantize_rides(node.inputs[0]):
                 continue
             types = [single.tensors[n].type for n in node.inputs]
-            total += op_duration(node, types, single.tensors[node.output].type, self.spec)[1]
+            work = op_work_of(node, types, single.tensors[node.output].type, self.spec)
+            total += alone_us(work, self.spec)
         return total
 
     def _quantize_rides(self, name: str) -> bool:

@@ -53,7 +53,6 @@ from rtgraph.dtypes import TensorType
 from rtgraph.ir.graph import Node, OpNode, Program, Tensor
 from rtgraph.ops import lookup
 from rtgraph.ops.cube import ROW_BLOCK
-from rtgraph.timing.costmodel import arithmetic_dtype, block_dim_for, estimate_us
 from rtgraph.timing.unit_replay import VIEW, Work, alone_us, copy_work, replay
 
 #: The tile counts tried (a tile count divides the cut axis; more tiles pay more launches).
@@ -204,22 +203,6 @@ def _carry(
     return _Split(tuple(axes), tuple(operands), extent, rows)
 
 
-# --- predicting a region's makespan --------------------------------------------------------
-
-
-def op_duration(
-    node: OpNode, types: list[TensorType], out: TensorType, spec: DeviceSpec
-) -> tuple[str, float]:
-    op = lookup(node.op)
-    assert op is not None
-    cost = op.cost(types, out, node.attrs)
-    unit = op.unit_for(node.attrs)
-    moved = cost.bytes_read + cost.bytes_written
-    cores = block_dim_for(unit, cost.flops, moved, spec, None)
-    dtype = arithmetic_dtype(unit, [t.dtype for t in types], out.dtype)
-    return unit, estimate_us(unit, dtype, cost.flops, moved, cores, spec)
-
-
 # --- the rewrite ---------------------------------------------------------------------------
 
 
@@ -295,6 +278,9 @@ def _tiles(
     parts = tuple(tile_name(last.output, t) for t in range(tiles))
     nodes.append(OpNode("concat", parts, last.output, {"axis": split.axes[-1]}, span=last.span))
     return nodes, made
+
+
+# --- predicting a region's makespan --------------------------------------------------------
 
 
 class _Costs:
