@@ -170,11 +170,11 @@ def schedule_of(program: Program, spec: DeviceSpec) -> Schedule:
     return Schedule(works, inputs, n, declared, returned, first_read, producer)
 
 
-#: The last few predictions, by program: a pass's result is the next pass's input, and each
-#: predicts both (passes never change a program in place, they build a new one). Compiles may
-#: run on several threads (a sweep's), hence the lock.
+#: The last few predictions (and the schedules they came from), by program: a pass's result
+#: is the next pass's input, and each predicts both (passes never change a program in place,
+#: they build a new one). Compiles may run on several threads (a sweep's), hence the lock.
 _KEPT: dict[tuple[int, str], tuple[weakref.ref, DeviceSpec, Any]] = {}
-_KEEP = 8
+_KEEP = 12
 _KEPT_LOCK = threading.Lock()
 
 
@@ -218,15 +218,31 @@ def best_order(program: Program, spec: DeviceSpec) -> Ordering:
 
 def _best_order(program: Program, spec: DeviceSpec) -> Ordering:
     written = list(range(len(program.nodes)))
-    if not all(movable(n) or _compiler_copy(n) for n in program.nodes):
+    if _authored(program):
         return Ordering(written, None, None)
-    schedule = schedule_of(program, spec)
+    schedule = _schedule(program, spec)
     span = schedule.in_order_us(written, spec)
-    listed, _ = schedule.listed(spec)
+    listed, _ = _listed(program, spec)
     if listed == written:
         return Ordering(written, span, None)
     took = schedule.in_order_us(listed, spec)
     return Ordering(written if span < took else listed, span, took)
+
+
+def _schedule(program: Program, spec: DeviceSpec) -> Schedule:
+    return _kept(program, spec, "schedule", lambda: schedule_of(program, spec))
+
+
+def _listed(program: Program, spec: DeviceSpec) -> tuple[list[int], float]:
+    """:meth:`Schedule.listed` of ``program``, kept: ``order_for_overlap`` and the ``list``
+    policy's whole-program checks ask for the same one."""
+    return _kept(program, spec, "listed", lambda: _schedule(program, spec).listed(spec))
+
+
+def _authored(program: Program) -> bool:
+    """Whether ``program`` holds anything but plain ops and the optimizer's copies: its
+    author ordered it, and no prediction reorders it."""
+    return not all(movable(n) or _compiler_copy(n) for n in program.nodes)
 
 
 def predicted_us(program: Program, spec: DeviceSpec) -> float | None:
@@ -261,9 +277,7 @@ def slower(after: Program, before: Program, options: CompileOptions) -> bool:
 
 def _listed_us(program: Program, spec: DeviceSpec) -> float | None:
     """The makespan of ``program``'s list schedule (None for a program its author ordered)."""
-    if not all(movable(n) or _compiler_copy(n) for n in program.nodes):
-        return None
-    return _kept(program, spec, "listed", lambda: schedule_of(program, spec).listed(spec)[1])
+    return None if _authored(program) else _listed(program, spec)[1]
 
 
 def _joined(node: Node, joined: set[str]) -> bool:
