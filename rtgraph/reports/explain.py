@@ -15,8 +15,13 @@ from rtgraph.compiler.optimizer.fold_batchnorm import FoldSite, fold_numerics, f
 from rtgraph.compiler.optimizer.pipeline import chosen_passes, optimize_steps
 from rtgraph.compiler.optimizer.predict import best_order, compared
 from rtgraph.compiler.optimizer.rewrite import output_parts
-from rtgraph.compiler.optimizer.stream_host_copies import plan_inputs, proposed
-from rtgraph.compiler.optimizer.tile_and_pipeline import as_judged, plan_tiling, tiled
+from rtgraph.compiler.optimizer.stream_host_copies import InputPlan, plan_inputs, proposed
+from rtgraph.compiler.optimizer.tile_and_pipeline import (
+    RegionPlan,
+    as_judged,
+    plan_tiling,
+    tiled,
+)
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.compiler.passes.lower import lower
 from rtgraph.ir.graph import HostCopyNode, OpNode, Program
@@ -75,12 +80,15 @@ def explain(program: Program, options: CompileOptions, changed: set[str] | None 
         found = folds or _details(previous, after_program)
         plans = []
         if name == "tile_and_pipeline":
-            plans = _tiling(previous, options)
-            planned = as_judged(tiled(previous, options), options)
+            regions = plan_tiling(previous, options)
+            plans = _tiling(previous, regions)
+            planned = as_judged(tiled(previous, options, regions), options)
             plans += _weighed(previous, planned, after_program, options)
         elif name == "stream_host_copies":
-            plans = _streaming(previous, after_program, options)
-            plans += _weighed(previous, proposed(previous, options), after_program, options)
+            inputs = plan_inputs(previous, options)
+            plans = _streaming(previous, after_program, inputs)
+            planned = proposed(previous, options, inputs)
+            plans += _weighed(previous, planned, after_program, options)
         elif name == "order_for_overlap":
             plans = _ordering(previous, options)
         elif name == "choose_precision" and options.precision != "keep":
@@ -173,11 +181,11 @@ def _product(program: Program, site: FoldSite) -> str:
     return f"{site.product.op}({x}, {w})"
 
 
-def _tiling(program: Program, options: CompileOptions) -> list[str]:
+def _tiling(program: Program, regions: list[RegionPlan]) -> list[str]:
     """Each chain the tiler looked at: its ops, the K it chose and why — the cost model's
     predicted makespan for every K along the chosen prefix and axis (a stream per unit)."""
     lines = []
-    for plan in plan_tiling(program, options):
+    for plan in regions:
         chain = " → ".join(n.op for n in plan.chain)
         first = plan.chain[0]
         where = f" (line {first.span.line})" if first.span else ""
@@ -237,11 +245,11 @@ def _ordering(program: Program, options: CompileOptions) -> list[str]:
     ]
 
 
-def _streaming(before: Program, after: Program, options: CompileOptions) -> list[str]:
+def _streaming(before: Program, after: Program, inputs: list[InputPlan]) -> list[str]:
     """Each host input: the part count chosen and the cost model's predicted finish of the work
     that follows it per count; then the outputs sent back in parts."""
     lines = []
-    for plan in plan_inputs(before, options):
+    for plan in inputs:
         label = before.tensors[plan.name].label
         predicted = ", ".join(
             f"{'whole' if k == 1 else f'K={k}'}: {us:.1f}" for k, us in plan.predicted_us.items()

@@ -78,12 +78,16 @@ def stream_host_copies(program: Program, options: CompileOptions) -> Program:
     return program if slower(result, program, options) else result
 
 
-def proposed(program: Program, options: CompileOptions) -> Program:
-    """``program`` streamed as each input's plan chooses (before the whole-program check:
-    what ``rtgraph explain`` weighs)."""
+def proposed(
+    program: Program, options: CompileOptions, plans: list[InputPlan] | None = None
+) -> Program:
+    """``program`` streamed as each input's plan chooses (``plans``: its :func:`plan_inputs`,
+    when already made) — before the whole-program check: what ``rtgraph explain`` weighs."""
     if not program.nodes or not all(movable(n) for n in program.nodes):
         return program  # explicit streams, synthetic kernels, placed copies: the author's order
-    parts = {plan.name: plan.parts for plan in plan_inputs(program, options) if plan.parts > 1}
+    if plans is None:
+        plans = plan_inputs(program, options)
+    parts = {plan.name: plan.parts for plan in plans if plan.parts > 1}
     spec = options.target
     return streamed(program, parts, lambda nbytes, dtype: sends_in_parts(nbytes, dtype, spec))
 

@@ -431,15 +431,18 @@ def as_judged(result: Program, options: CompileOptions) -> Program:
     return result if sent == result.nodes else replace(result, nodes=sent)
 
 
-def tiled(program: Program, options: CompileOptions) -> Program:
-    """``program`` with the tiling every chain's plan chooses (before the whole-program
-    check: what ``rtgraph explain`` weighs)."""
+def tiled(
+    program: Program, options: CompileOptions, plans: list[RegionPlan] | None = None
+) -> Program:
+    """``program`` with the tiling every chain's plan chooses (``plans``: its
+    :func:`plan_tiling`, when already made) — before the whole-program check: what
+    ``rtgraph explain`` weighs."""
     if program.has_explicit_streams:
         return program
     replaced: dict[str, list[OpNode]] = {}  # the last tiled op's output -> the region's nodes
     gone: set[str] = set()
     tensors: dict[str, Tensor] = {}
-    for plan in plan_tiling(program, options):
+    for plan in plan_tiling(program, options) if plans is None else plans:
         c = plan.chosen
         if c.tiles == 1:
             continue
