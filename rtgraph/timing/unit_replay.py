@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from rtgraph.device.spec import DeviceSpec
-from rtgraph.timing.costmodel import arithmetic_dtype, block_dim_for, estimate_us
+from rtgraph.timing.costmodel import arithmetic_dtype, block_dim_for, estimate_us, memory_us
 from rtgraph.timing.engine import DISPATCH, STATE, Engine
 from rtgraph.timing.task_costs import HbmTimer, TaskCosts, set_costs
 
@@ -118,8 +118,7 @@ def _costs(works: Sequence[Work], spec: DeviceSpec, shared: bool) -> TaskCosts:
             pinned=w.pinned,
         )
         if not shared:  # each alone: a fixed duration, as the cost model estimates it
-            moved = costs.bytes[i] * 1e6 / spec.memory.bandwidth
-            costs.body[i] = max(costs.body[i], moved)
+            costs.body[i] = max(costs.body[i], memory_us(costs.bytes[i], 1.0, spec))
             costs.bytes[i] = 0.0
             costs.link[i] = ""
     return costs
