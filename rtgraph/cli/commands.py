@@ -31,7 +31,7 @@ from rtgraph.cli.run import cmd_report, cmd_run
 from rtgraph.compiler.bucket_order import inside
 from rtgraph.compiler.memplan import greedy_by_size, plan, read_records_csv
 from rtgraph.compiler.optimizer.pipeline import TILING_PASSES, chosen_passes, optimized_ir
-from rtgraph.compiler.padding import describe_extents, gear_padding
+from rtgraph.compiler.padding import describe_extents, gear_padding, sizes
 from rtgraph.device import describe, list_devices
 from rtgraph.errors import RtgError, UsageError
 from rtgraph.files import write_atomic
@@ -150,7 +150,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
             )
         middle = inside(values, program.gears, ranges) if padded else None
         if middle is not None and "order_for_overlap" in chosen_passes(options):
-            at = ", ".join(f"{n} = {v}" for n, v in middle.items() if v != values[n])
+            at = sizes({n: v for n, v in middle.items() if v != values[n]})
             print(
                 f"also compiled in the op order chosen for {at}, where that order differs: a "
                 "padded run takes whichever program its real shapes time faster\n"

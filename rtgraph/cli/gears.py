@@ -19,6 +19,7 @@ from rtgraph import api
 from rtgraph.cli.arguments import check_options, compile_options, is_compiled, parse_defines
 from rtgraph.compiler.bucket_order import ordered_at
 from rtgraph.compiler.options import CompileOptions
+from rtgraph.compiler.padding import sizes
 from rtgraph.device.spec import DeviceSpec
 from rtgraph.errors import RtgError, UsageError
 from rtgraph.frontend.gears import gear_combinations
@@ -96,7 +97,7 @@ def geared_text(
             parts.append(f"{heading}\n\n{format_listing(untiled)}")
         again = geared.reordered_for(values)
         if again is not None:
-            at = ", ".join(f"{n} = {v}" for n, v in (ordered_at(again) or {}).items())
+            at = sizes(ordered_at(again) or {})
             heading = f"## gear {shown}, compiled again in the order chosen for {at} {faster}"
             parts.append(f"{heading}\n\n{format_listing(again)}")
     return "\n".join(parts)

@@ -156,8 +156,13 @@ class PadPlan:
         or for the reordered one the sizes its order was chosen for."""
         if label != "reordered":
             return f"{label} program" if ran else label
-        at = ", ".join(f"{n} = {v}" for n, v in self.ordered_at.items()) or "inside its bucket"
+        at = sizes(self.ordered_at) or "inside its bucket"
         return f"{'program ' if ran else ''}in the order chosen for {at}"
+
+
+def sizes(values: Mapping[str, int]) -> str:
+    """Parameter values as a report writes them: ``S = 768, B = 4``."""
+    return ", ".join(f"{n} = {v}" for n, v in values.items())
 
 
 def _same_result(task: Task, attrs: Mapping[str, Any], values: Mapping[str, int]) -> None:
