@@ -195,8 +195,6 @@ def compile_gears(
         if middle is not None:
             again = bucket_order.reordered(marked, bind(middle), middle, spec, options)
             if again is not None:
-                if own.meta.get("batchnorms_folded"):  # a run is checked as the gear is
-                    again.meta["batchnorms_folded"] = True
                 reordered.append((values, again))
     return GearedProgram(
         program.name,

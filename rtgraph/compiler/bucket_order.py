@@ -30,7 +30,7 @@ from dataclasses import replace
 from typing import Any
 
 from rtgraph.compiler.optimizer.order_for_overlap import order_for_overlap
-from rtgraph.compiler.optimizer.pipeline import chosen_passes, optimized_ir
+from rtgraph.compiler.optimizer.pipeline import chosen_passes, folds, optimized_ir
 from rtgraph.compiler.options import CompileOptions
 from rtgraph.compiler.pipeline import compile_program
 from rtgraph.device.spec import DeviceSpec
@@ -90,6 +90,8 @@ def reordered(
     as_is = replace(bound, passes=(), precision="keep")
     compiled = compile_program(replace(gear_ir, nodes=nodes), device, as_is)
     compiled.meta[ORDERED_AT] = dict(at)
+    if folds(marked, bound):  # what a run is checked against, as compile_program says it
+        compiled.meta["batchnorms_folded"] = True
     return compiled
 
 
