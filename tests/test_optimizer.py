@@ -24,7 +24,7 @@ from rtgraph.compiler.optimizer.levels import LEVELS, PASSES
 from rtgraph.compiler.optimizer.pipeline import optimized_ir
 from rtgraph.compiler.optimizer.rewrite import movable
 from rtgraph.compiler.optimizer.stream_host_copies import streamed
-from rtgraph.compiler.optimizer.tile_and_pipeline import plan_tiling
+from rtgraph.compiler.optimizer.tile_and_pipeline import chains, plan_region, plan_tiling
 from rtgraph.device import load_device
 from rtgraph.emulator import run
 from rtgraph.errors import StreamProgramError
@@ -370,6 +370,45 @@ def test_a_chain_takes_in_the_layernorm_its_first_matmul_waits_for():
     records = {r.id: r for r in result.tasks}
     assert records[first_matmul].start < records[norms[-1]].end  # not after the whole norm
     _equal(result, rtgraph.evaluate(program))
+
+
+SEQUENCES = """program seqs(S = 1024, D = 768, F = 3072) {
+    input  x0 : f16[S, D]
+    input  x1 : f16[S, D]
+    input  x2 : f16[512, D]
+    input  x3 : f16[S, D]
+    param  w1 : f16[D, F]
+    param  w2 : f16[F, D]
+    param  w3 : f16[D, F]
+    output y0 = gelu(x0 @ w1) @ w2
+    output y1 = gelu(x1 @ w1) @ w2
+    output y2 = gelu(x2 @ w1) @ w2
+    h3 = gelu(x3 @ w3) @ w2
+    output y3 = h3 + h3
+}"""
+
+
+def test_chains_of_one_shape_are_planned_once_and_as_each_alone():
+    """Planning is most of an -O2 compile, and a layer applied to several sequences gives
+    chains of one shape: they share one plan, which is the plan each would get alone; a chain
+    of other shapes (fewer rows), or whose result is not an output, gets its own."""
+    program = rtgraph.parse(SEQUENCES)
+    options = CompileOptions(opt_level=2).for_device(ASCEND)
+    plans = plan_tiling(program, options)
+    found = chains(program)
+    assert [p.chain for p in plans] == found and len(found) == 4
+    resident = sum(t.type.nbytes for t in program.tensors.values() if t.kind in ("param", "input"))
+    room = ASCEND.memory.capacity - resident
+    for plan in plans:
+        alone = plan_region(program, plan.chain, options, room)
+        assert (plan.candidates, plan.chosen) == (alone.candidates, alone.chosen)
+    assert plans[0].candidates is plans[1].candidates  # planned once
+    assert plans[2].candidates != plans[0].candidates  # 512 rows
+    assert plans[3].candidates is not plans[0].candidates  # not an output: its own plan
+    assert plans[0].chosen.tiles > 1  # so the shared plan is a tiling, applied to both
+    compiled = rtgraph.compile(program, device="ascend-910b", streams="by-unit")
+    assert check_races(compiled).ok
+    _equal(rtgraph.run(compiled), rtgraph.evaluate(program))
 
 
 @pytest.mark.parametrize("bounds", ["start = 1", "start = -3", "start = 1, stop = -1", "stop = 2"])

@@ -53,6 +53,7 @@ from rtgraph.dtypes import TensorType
 from rtgraph.ir.graph import Node, OpNode, Program, Tensor
 from rtgraph.ops import lookup
 from rtgraph.ops.cube import ROW_BLOCK
+from rtgraph.ops.fused import body_attrs
 from rtgraph.timing.unit_replay import VIEW, Work, alone_us, copy_work, replay
 
 #: The tile counts tried (a tile count divides the cut axis; more tiles pay more launches).
@@ -409,10 +410,41 @@ def _worth_cutting(costs: _Costs, spec: DeviceSpec) -> bool:
 
 
 def plan_tiling(program: Program, options: CompileOptions) -> list[RegionPlan]:
-    """The plan of every chain of ``program`` (what ``rtgraph explain`` prints)."""
+    """The plan of every chain of ``program`` (what ``rtgraph explain`` prints).
+
+    Chains of one shape — the same ops and attributes on the same types, a layer applied to
+    each of several sequences — are planned once: every candidate's prediction depends on
+    nothing else (:func:`chain_shape`), and planning is most of an ``-O2`` compile.
+    """
     resident = sum(t.type.nbytes for t in program.tensors.values() if t.kind in ("param", "input"))
     room = options.target.memory.capacity - resident
-    return [plan_region(program, chain, options, room) for chain in chains(program)]
+    planned: dict[tuple, RegionPlan] = {}
+    plans = []
+    for chain in chains(program):
+        key = chain_shape(program, chain)
+        known = planned.get(key)
+        if known is None:
+            plans.append(planned.setdefault(key, plan_region(program, chain, options, room)))
+        else:
+            plans.append(replace(known, chain=chain))
+    return plans
+
+
+def chain_shape(program: Program, chain: tuple[OpNode, ...]) -> tuple:
+    """What a chain's plan is read from: per op its name, attributes, operand types (an
+    operand the op before computes marked as such, a repeated operand as a repeat) and result
+    type; and whether the last result is an output (it is copied back to the host)."""
+    types = program.tensors
+    steps = []
+    before = None
+    for node in chain:
+        operands = tuple(
+            "chain" if name == before else (types[name].type, node.inputs.index(name))
+            for name in node.inputs
+        )
+        steps.append((node.op, body_attrs(node.attrs), operands, types[node.output].type))
+        before = node.output
+    return tuple(steps), chain[-1].output in program.outputs
 
 
 def tile_and_pipeline(program: Program, options: CompileOptions) -> Program:
