@@ -2,7 +2,9 @@
 
 The merged problem keeps the load at every time (so the max-live bound), any plan of it unfolds
 into a valid plan of the original of the same height, and the exact search, which tries it first,
-reaches MiniMalloc's capacity on instances its search of the records alone cannot pack.
+reaches MiniMalloc's capacity on instances its search of the records alone cannot pack. The
+merges made first — those every plan at the max-live bound makes — lose no plan there: where
+the records pack at the bound (by brute force), so do their forced blocks.
 """
 
 from __future__ import annotations
@@ -13,11 +15,11 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_memplan import records_strategy
+from test_memplan import brute_force_optimum, max_live, records_strategy
 from test_memplan_exact import tiling
 
 from rtgraph.compiler.memplan import Placement, Record, build_problem, check_placement, exact, plan
-from rtgraph.compiler.memplan.coalesce import RULES, coalesce
+from rtgraph.compiler.memplan.coalesce import RULES, coalesce, forced
 from rtgraph.compiler.memplan.exact import solve
 from rtgraph.compiler.memplan.greedy import greedy_by_size_offsets, height_of
 from rtgraph.compiler.memplan.records import read_records_csv
@@ -50,13 +52,13 @@ mergeable = st.lists(
 @given(
     records=st.one_of(records_strategy, mergeable),
     alignment=st.sampled_from([1, 8]),
-    rule=st.sampled_from(RULES),
+    rule=st.sampled_from([*RULES, "forced"]),
 )
 def test_every_plan_of_the_blocks_unfolds_into_a_valid_plan_with_the_same_load(
     records, alignment, rule
 ):
     problem = build_problem(records, alignment)
-    merged = coalesce(problem, rule)
+    merged = forced(problem) if rule == "forced" else coalesce(problem, rule)
     assert merged.problem.n <= max(int(problem.active.sum()), 0)
     horizon = int(problem.upper.max(initial=0))
     assert np.array_equal(_load(merged.problem, horizon), _load(problem, horizon))
@@ -120,6 +122,71 @@ def test_chains_first_wait_at_a_busy_boundary_until_it_quiets():
     quiets = coalesce(build_problem(_busy((1, 2, 4), (1, 1))), "chain")
     assert quiets.block[0] == quiets.block[4] and quiets.block[1] == quiets.block[2]
     assert quiets.problem.n == 6
+
+
+#: Small instances the bound is often met on: random records, and tilings of a rectangle.
+tight = st.one_of(
+    records_strategy.map(lambda rows: rows[:7]),
+    st.builds(lambda n, seed: tiling(n, seed, height=8), st.integers(2, 7), st.integers(0, 999)),
+)
+
+
+@settings(max_examples=150, deadline=None)
+@given(records=tight)
+def test_forced_merges_lose_no_plan_at_the_bound(records):
+    """Where some plan of the records is at max-live (brute force over canonical orders), some
+    plan of the forced blocks is too: a search of the blocks at the bound loses nothing."""
+    problem = build_problem(records)
+    blocks = forced(problem)
+    bound = max_live(records)
+    assert blocks.problem.lower_bound == problem.lower_bound == bound
+    if brute_force_optimum(records) == bound:
+        assert brute_force_optimum(list(blocks.problem.records)) == bound
+
+
+def test_forced_merges_fill_the_bytes_a_block_frees_between_full_sections():
+    """Max-live is 6 everywhere: c lives throughout; when a (4 bytes) ends at 2, b1 and b2 (one
+    lifetime) take exactly its bytes, and d, starting where they end, theirs — one block beside
+    c's. Where the section after a boundary has bytes to spare, nothing is forced."""
+    full = [
+        Record("a", 0, 2, 4),
+        Record("b1", 2, 5, 1),
+        Record("b2", 2, 5, 3),
+        Record("d", 5, 8, 4),
+        Record("c", 0, 8, 2),
+    ]
+    merged = forced(build_problem(full))
+    assert sorted((r.lower, r.upper, r.size) for r in merged.problem.records) == [
+        (0, 8, 2),
+        (0, 8, 4),
+    ]
+    offsets = dict(zip([r.id for r in full], merged.expand(np.array([0, 2])).tolist(), strict=True))
+    assert offsets["a"] == offsets["d"] == min(offsets["b1"], offsets["b2"])
+    assert abs(offsets["b1"] - offsets["b2"]) in (1, 3)  # side by side within a's bytes
+    spare = [*full[:4], Record("c", 0, 2, 2), Record("e", 2, 8, 1)]  # after 2: 5 of 6 live
+    assert forced(build_problem(spare)).problem.n == len(spare)
+
+
+def test_a_forced_merge_can_make_another_boundary_forced():
+    """At 2, b1 and b2 start inside a's bytes with two lifetimes: no order is forced yet. At 5
+    and 6 each is followed by one record of its size (forced chains), after which both live
+    [2, 8): one lifetime, so the merge at 2 is forced too."""
+    records = [
+        Record("c", 0, 8, 2),
+        Record("a", 0, 2, 4),
+        Record("b1", 2, 5, 1),
+        Record("b2", 2, 6, 3),
+        Record("e", 5, 8, 1),
+        Record("f", 6, 8, 3),
+    ]
+    merged = forced(build_problem(records))
+    assert sorted((r.lower, r.upper, r.size) for r in merged.problem.records) == [
+        (0, 8, 2),
+        (0, 8, 4),
+    ]
+    at = merged.expand(np.array([0, 2])).tolist()
+    offsets = dict(zip([r.id for r in records], at, strict=True))
+    assert offsets["b1"] == offsets["e"] and offsets["b2"] == offsets["f"]
 
 
 def test_unknown_rules_are_refused():

@@ -12,11 +12,11 @@ every record fit under a capacity? :func:`solve` asks it over and over:
    preorders, nogoods and doubling limits) before the records. Blocks keep max-live, so a
    block plan at the bound is optimal, and with a fraction of the records (A: 11 blocks of
    154 records, E: 54 of 215, F: 120 of 296, I: 104 of 374) they are far easier to search:
-   the blocks pack every one of MiniMalloc's A–K within the capacity, all but J at the bound
-   in under 2 s (E and I took the records' search alone more than 30 s), and the tilings
-   of 300 buffers and two of the three of 1,000 fold back into blocks packed at their
-   optimum (on 3,300 buffers they start a search that ends 0.4–9 % above it, where the
-   records' alone ended 23–27 % above). A block may pair records
+   the blocks pack every one of MiniMalloc's A–K within the capacity, at the bound (E and I
+   took the records' search alone more than 30 s), and the guillotine tilings of 300 and
+   1,000 buffers fold back into blocks packed at their optimum (on 3,300 buffers, after the
+   merges every plan at the bound makes, they start a search that ends 0–1.9 % above it,
+   where the records' alone ended 23–27 % above). A block may pair records
    that no optimal plan puts together, so the blocks prove nothing: a search of theirs that
    runs out says nothing about the records, whose own search goes on beside it;
 3. first at the caller's capacity, if one is given and the plan is above it (the question
