@@ -23,7 +23,7 @@ from rtgraph.compiler import CompileOptions, compile_program
 from rtgraph.compiler.optimizer.levels import LEVELS, PASSES
 from rtgraph.compiler.optimizer.pipeline import optimized_ir
 from rtgraph.compiler.optimizer.rewrite import movable
-from rtgraph.compiler.optimizer.stream_host_copies import streamed
+from rtgraph.compiler.optimizer.stream_host_copies import plan_inputs, streamed
 from rtgraph.compiler.optimizer.tile_and_pipeline import chains, plan_region, plan_tiling
 from rtgraph.device import load_device
 from rtgraph.emulator import run
@@ -260,6 +260,18 @@ def test_explain_names_each_pass_and_the_fused_kernels(capsys):
     assert "in all: tasks 18 → 10, HBM bytes moved 8,908,802 → 7,327,746 (-17.7%)" in out
 
 
+@pytest.mark.parametrize("model", sorted(p.name for p in MODELS.glob("*.rtg")))
+def test_explain_runs_on_every_bundled_model(model, capsys):
+    """Every bundled program explains: llm_decode_loop (a captured graph, left as written)
+    once stopped the CLI with a traceback, and mlp_train (allreduces, the identity on one
+    device) with an error that the device has no link unit, while both compiled."""
+    assert main(["explain", str(MODELS / model)]) == 0
+    out = capsys.readouterr().out
+    if "\nexplicit streams: the program is its own schedule" not in out:
+        assert out.count("\nin all: tasks ") == 1
+        assert "\nstream_host_copies: " in out and "\ntile_and_pipeline: " in out
+
+
 def test_explain_says_how_each_input_crosses_the_link_and_why(tmp_path, capsys):
     """The streaming plan as explain prints it: each input's predicted µs per part count (the
     chosen one the least, and at least 2 % under the whole copy) and the outputs sent in parts."""
@@ -409,6 +421,34 @@ def test_chains_of_one_shape_are_planned_once_and_as_each_alone():
     compiled = rtgraph.compile(program, device="ascend-910b", streams="by-unit")
     assert check_races(compiled).ok
     _equal(rtgraph.run(compiled), rtgraph.evaluate(program))
+
+
+def test_inputs_whose_work_has_one_shape_get_the_predictions_each_gets_alone():
+    """stream_host_copies predicts each input's parts once per shape of the work that follows
+    it: two sequences through the same layer get the plan a one-sequence program gets; a
+    shorter sequence, or a layer whose result feeds a second op, its own."""
+    text = """program p(S = 1024, D = 768) {
+    input  x0 : f16[S, D]
+    input  x1 : f16[S, D]
+    input  x2 : f16[512, D]
+    input  x3 : f16[S, D]
+    param  w  : f16[D, D]
+    output y0 = relu(layernorm(x0, axis = -1) @ w)
+    output y1 = relu(layernorm(x1, axis = -1) @ w)
+    output y2 = relu(layernorm(x2, axis = -1) @ w)
+    h3 = relu(layernorm(x3, axis = -1) @ w)
+    output y3 = h3 @ w
+}"""
+    alone = text.split("    input  x1")[0] + "    param  w  : f16[D, D]\n"
+    alone += "    output y0 = relu(layernorm(x0, axis = -1) @ w)\n}"
+    options = CompileOptions(opt_level=2).for_device(ASCEND)
+    plans = plan_inputs(rtgraph.parse(text), options)
+    (single,) = plan_inputs(rtgraph.parse(alone), options)
+    assert [p.name for p in plans] == ["x0", "x1", "x2", "x3"]
+    assert plans[0].predicted_us == plans[1].predicted_us == single.predicted_us
+    assert len(single.predicted_us) > 1  # parts were weighed
+    assert plans[2].predicted_us != plans[0].predicted_us
+    assert plans[3].predicted_us != plans[0].predicted_us
 
 
 @pytest.mark.parametrize("bounds", ["start = 1", "start = -3", "start = 1, stop = -1", "stop = 2"])

@@ -15,7 +15,12 @@ from rtgraph.compiler.optimizer.fold_batchnorm import FoldSite, fold_numerics, f
 from rtgraph.compiler.optimizer.pipeline import chosen_passes, optimize_steps
 from rtgraph.compiler.optimizer.predict import best_order, compared
 from rtgraph.compiler.optimizer.rewrite import output_parts
-from rtgraph.compiler.optimizer.stream_host_copies import InputPlan, plan_inputs, proposed
+from rtgraph.compiler.optimizer.stream_host_copies import (
+    InputPlan,
+    plan_inputs,
+    proposed,
+    streamable,
+)
 from rtgraph.compiler.optimizer.tile_and_pipeline import (
     RegionPlan,
     as_judged,
@@ -23,6 +28,7 @@ from rtgraph.compiler.optimizer.tile_and_pipeline import (
     tiled,
 )
 from rtgraph.compiler.options import CompileOptions
+from rtgraph.compiler.parallel.group_of_one import group_of_one
 from rtgraph.compiler.passes.lower import lower
 from rtgraph.ir.graph import HostCopyNode, OpNode, Program
 from rtgraph.ops.fused import describe_body
@@ -63,7 +69,9 @@ NO_CHANGE = ["  no change"]
 
 def explain(program: Program, options: CompileOptions, changed: set[str] | None = None) -> str:
     """The optimizer's report on ``program`` under ``options`` (bound to a device); the names
-    of the passes that changed it are added to ``changed`` when given."""
+    of the passes that changed it are added to ``changed`` when given. Its collectives are the
+    identity first, as a compile for one device makes them."""
+    program = group_of_one(program)
     names = chosen_passes(options)
     lines = [f"program {program.name}: passes {', '.join(names) or '(none)'}"]
     if program.has_explicit_streams:
@@ -84,6 +92,10 @@ def explain(program: Program, options: CompileOptions, changed: set[str] | None 
             plans = _tiling(previous, regions)
             planned = as_judged(tiled(previous, options, regions), options)
             plans += _weighed(previous, planned, after_program, options)
+        elif name == "stream_host_copies" and not streamable(previous):
+            hosted = previous.outputs or any(t.kind == "input" for t in previous.tensors.values())
+            kept = "the program's own copies kept: it places its work itself"
+            plans = [f"  {kept if hosted else 'no host input or output to stream'}"]
         elif name == "stream_host_copies":
             inputs = plan_inputs(previous, options)
             plans = _streaming(previous, after_program, inputs)

@@ -52,6 +52,7 @@ from rtgraph.compiler.options import CompileOptions
 from rtgraph.device.spec import DeviceSpec
 from rtgraph.ir.graph import HostCopyNode, Node, OpNode, Program, Tensor
 from rtgraph.ops.cube import ROW_BLOCK
+from rtgraph.ops.fused import body_attrs
 from rtgraph.ops.layout import VIEW_OPS
 from rtgraph.timing.unit_replay import Work, copy_work, replay
 
@@ -83,13 +84,19 @@ def proposed(
 ) -> Program:
     """``program`` streamed as each input's plan chooses (``plans``: its :func:`plan_inputs`,
     when already made) — before the whole-program check: what ``rtgraph explain`` weighs."""
-    if not program.nodes or not all(movable(n) for n in program.nodes):
-        return program  # explicit streams, synthetic kernels, placed copies: the author's order
+    if not streamable(program):
+        return program
     if plans is None:
         plans = plan_inputs(program, options)
     parts = {plan.name: plan.parts for plan in plans if plan.parts > 1}
     spec = options.target
     return streamed(program, parts, lambda nbytes, dtype: sends_in_parts(nbytes, dtype, spec))
+
+
+def streamable(program: Program) -> bool:
+    """Whether the pass may reorder ``program``: not with explicit streams, synthetic kernels,
+    placed copies or captured graphs — there the author's order is kept."""
+    return bool(program.nodes) and all(movable(n) for n in program.nodes)
 
 
 def streamed(
@@ -201,6 +208,8 @@ def _stream(program: Program, x: str) -> _Stream:
 def plan_inputs(program: Program, options: CompileOptions) -> list[InputPlan]:
     """For each host input read by the program's ops, the predicted finish of the work that
     follows it per part count, and the count chosen (what ``rtgraph explain`` prints)."""
+    if not streamable(program):
+        return []
     spec = options.target
     placed = {n.tensor for n in program.nodes if isinstance(n, HostCopyNode)}
     inputs: dict[str, None] = {}
@@ -212,20 +221,59 @@ def plan_inputs(program: Program, options: CompileOptions) -> list[InputPlan]:
                 inputs.setdefault(name)
     reader = _readers_of(program)
     plans = []
+    known: dict[tuple, dict[int, float]] = {}  # inputs whose work has one shape: predicted once
     for name in inputs:
         rows = program.tensors[name].type.shape[0]
         stream = _stream(program, name)
-        predicted = {
-            parts: _predict(program, name, stream, parts, reader, spec)
-            for parts in (1, *PART_COUNTS)
-            if parts == 1
-            or (rows % parts == 0 and not (stream.row_blocks and rows // parts % ROW_BLOCK))
-        }
+        key = _stream_shape(program, name, stream, reader)
+        if key not in known:
+            known[key] = {
+                parts: _predict(program, name, stream, parts, reader, spec)
+                for parts in (1, *PART_COUNTS)
+                if parts == 1
+                or (rows % parts == 0 and not (stream.row_blocks and rows // parts % ROW_BLOCK))
+            }
+        predicted = dict(known[key])
         best = min(predicted, key=lambda k: (predicted[k], k))
         if predicted[best] > MIN_GAIN * predicted[1]:
             best = 1
         plans.append(InputPlan(name, predicted, best))
     return plans
+
+
+def _stream_shape(
+    program: Program, x: str, stream: _Stream, reader: dict[str, list[OpNode]]
+) -> tuple:
+    """What :func:`_predict` reads for input ``x``, with the streamed values numbered in the
+    order they are made (the input 0, each cut op's result the next): two inputs of one key —
+    a layer applied to each of several sequences — have the same predictions."""
+    types = program.tensors
+    number = {x: 0}
+    for name in stream.cut:
+        number[name] = len(number)
+
+    def op(node: OpNode) -> tuple:
+        return (
+            node.op,
+            body_attrs(node.attrs),
+            tuple(number.get(i) for i in node.inputs),
+            tuple(types[i].type for i in node.inputs),
+            types[node.output].type,
+        )
+
+    views = view_outputs(program, stream.boundary)
+    after = tuple(
+        (
+            op(node),
+            slice_rows(node, program),
+            tuple(op(r) for r in reader.get(node.output, ()) if r.output not in views)
+            if node.output in views
+            else None,
+        )
+        for node in stream.boundary
+    )
+    cut = tuple((op(node), split) for node, split in stream.cut.values())
+    return types[x].type, types[x].pinned, cut, after, stream.row_blocks
 
 
 def _readers_of(program: Program) -> dict[str, list[OpNode]]:
