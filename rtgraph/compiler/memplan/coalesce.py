@@ -24,7 +24,7 @@ bytes, by the ones starting there (when they share a lifetime, in any order), an
 starting there takes the bytes of the ones ending there. Only the merges after these can
 pair records wrongly. On the benchmark's 3,300-buffer guillotine tilings the forced merges
 fold 3,300 records into about 1,560 blocks, none of them against the tiling they were cut
-from; with them first, the tilings the search packed at 1.004–1.089 × the optimum came to
+from; with them first, the tilings the search packed at 1.004–1.088 × the optimum came to
 1.000–1.019 × it. MiniMalloc's A–K meet their bound at few sections: there they merge 1–99
 records of 154–454 and leave the blocks after the other merges nearly as they were.
 
