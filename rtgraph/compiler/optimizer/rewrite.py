@@ -265,6 +265,18 @@ def output_parts(program: Program) -> dict[str, tuple[str, int, int]]:
     return found
 
 
+def attrs_key(attrs: Mapping[str, Any]) -> tuple:
+    """An op's attributes as a dictionary key: their items where those hash (most ops'), else
+    with lists frozen to tuples (:func:`~rtgraph.ops.fused.body_attrs`). Equal keys mean equal
+    attributes, so a plan made for one op holds for another of the same key."""
+    items = tuple(attrs.items())
+    try:
+        hash(items)
+    except TypeError:
+        return body_attrs(attrs)
+    return items
+
+
 def slice_rows(node: OpNode, program: Program) -> tuple[int, int] | None:
     """The rows ``[start, stop)`` a ``slice`` along axis 0 keeps, or None for any other op —
     its bounds as written resolved as Python's are (negative from the end, clamped, a missing

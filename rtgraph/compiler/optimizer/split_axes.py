@@ -16,6 +16,7 @@ when a split leans on that.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,6 +24,9 @@ from rtgraph.dtypes import TensorType
 from rtgraph.ir.graph import OpNode
 from rtgraph.ops import fusion_of, lookup
 from rtgraph.ops.quant import tile_operands
+
+#: Fused bodies whose splits are kept (a few hundred bytes each).
+FUSED_CACHE = 4096
 
 Split = tuple[int | None, ...]
 
@@ -90,14 +94,17 @@ def operand_axes(
     if node.op in ("quantize", "dequantize"):
         return tile_operands(axis, types, node.attrs)
     if node.op == "fused":
-        return _fused(node, axis, types, out)
+        try:
+            return _kept_fused(node.attrs["body"], axis, tuple(types), out)
+        except TypeError:  # a body that does not hash (lists in it): worked out afresh
+            return _fused(node.attrs["body"], axis, tuple(types), out)
     return None
 
 
-def _fused(node: OpNode, axis: int, types: Sequence[TensorType], out: TensorType) -> Split | None:
+def _fused(body: tuple, axis: int, types: tuple[TensorType, ...], out: TensorType) -> Split | None:
     """A fused body splits when every step splits consistently: each value of the body gets
-    one axis (or None: needed whole), propagated from the result back to the inputs."""
-    body = node.attrs["body"]
+    one axis (or None: needed whole), propagated from the result back to the inputs. Kept per
+    body, axis and types: a layer unrolled N times asks for the same body N times."""
     n = len(types)
     step_types = [TensorType(tuple(shape), dtype) for _, _, _, dtype, shape in body]
     values: list[TensorType] = [*types, *step_types]
@@ -118,6 +125,9 @@ def _fused(node: OpNode, axis: int, types: Sequence[TensorType], out: TensorType
             if want.setdefault(a, s) != s:
                 return None  # one value needed along two different axes
     return tuple(want.get(i) for i in range(n))
+
+
+_kept_fused = functools.lru_cache(maxsize=FUSED_CACHE)(_fused)
 
 
 def needs_row_blocks(node: OpNode, axis: int, out: TensorType) -> bool:

@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 from rtgraph.compiler.optimizer.host_link import sends_in_parts
 from rtgraph.compiler.optimizer.predict import op_work_of, slower
 from rtgraph.compiler.optimizer.rewrite import (
+    attrs_key,
     concats_in_place,
     movable,
     pinned,
@@ -52,7 +53,6 @@ from rtgraph.compiler.options import CompileOptions
 from rtgraph.device.spec import DeviceSpec
 from rtgraph.ir.graph import HostCopyNode, Node, OpNode, Program, Tensor
 from rtgraph.ops.cube import ROW_BLOCK
-from rtgraph.ops.fused import body_attrs
 from rtgraph.ops.layout import VIEW_OPS
 from rtgraph.timing.unit_replay import Work, copy_work, replay
 
@@ -255,7 +255,7 @@ def _stream_shape(
     def op(node: OpNode) -> tuple:
         return (
             node.op,
-            body_attrs(node.attrs),
+            attrs_key(node.attrs),
             tuple(number.get(i) for i in node.inputs),
             tuple(types[i].type for i in node.inputs),
             types[node.output].type,

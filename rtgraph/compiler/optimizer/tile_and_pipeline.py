@@ -37,6 +37,7 @@ from dataclasses import dataclass, replace
 from rtgraph.compiler.optimizer.host_link import sends_in_parts
 from rtgraph.compiler.optimizer.predict import op_work_of, slower
 from rtgraph.compiler.optimizer.rewrite import (
+    attrs_key,
     movable,
     movable_ops,
     pinned,
@@ -53,7 +54,6 @@ from rtgraph.dtypes import TensorType
 from rtgraph.ir.graph import Node, OpNode, Program, Tensor
 from rtgraph.ops import lookup
 from rtgraph.ops.cube import ROW_BLOCK
-from rtgraph.ops.fused import body_attrs
 from rtgraph.timing.unit_replay import VIEW, Work, alone_us, copy_work, replay
 
 #: The tile counts tried (a tile count divides the cut axis; more tiles pay more launches).
@@ -442,7 +442,7 @@ def chain_shape(program: Program, chain: tuple[OpNode, ...]) -> tuple:
             "chain" if name == before else (types[name].type, node.inputs.index(name))
             for name in node.inputs
         )
-        steps.append((node.op, body_attrs(node.attrs), operands, types[node.output].type))
+        steps.append((node.op, attrs_key(node.attrs), operands, types[node.output].type))
         before = node.output
     return tuple(steps), chain[-1].output in program.outputs
 
