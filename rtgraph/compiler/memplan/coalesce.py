@@ -138,10 +138,12 @@ class _Merger:
         self.by_start: dict[tuple[int, int], set[int]] = defaultdict(set)
         self.todo: tuple[list, list] = ([], [])  # heaps of keys to look at, stacks and chains
         self.ending_at: dict[int, set[int]] = defaultdict(set)
-        # The lifetimes of the blocks starting / ending at a time, with their counts.
-        self.spans_from: dict[int, Counter[tuple[int, int]]] = defaultdict(Counter)
-        self.spans_to: dict[int, Counter[tuple[int, int]]] = defaultdict(Counter)
+        # While force() runs: the lifetimes of the blocks starting / ending at a time, counted.
+        self.spans: dict[int, tuple[Counter[tuple[int, int]], ...]] | None = None
         self.starting_at: dict[int, set[int]] = defaultdict(set)
+        #: Whether merges put keys on the work-lists (not while force() runs: it lists the
+        #: blocks it leaves once, at its end).
+        self.listing = True
         for b in range(len(act)):
             self._index(b)
 
@@ -152,8 +154,14 @@ class _Merger:
         self.by_start[(span[0], s)].add(b)
         self.starting_at[span[0]].add(b)
         self.ending_at[span[1]].add(b)
-        self.spans_from[span[0]][span] += 1
-        self.spans_to[span[1]][span] += 1
+        if self.spans is not None:
+            self._count(span, 1)
+        if self.listing:
+            self._list(b)
+
+    def _list(self, b: int) -> None:
+        """Put block ``b``'s keys on the work-lists."""
+        span, s = (self.lo[b], self.up[b]), self.size[b]
         heapq.heappush(self.todo[_STACK], span)
         heapq.heappush(self.todo[_CHAIN], (span[0], s))
         heapq.heappush(self.todo[_CHAIN], (span[1], s))
@@ -166,12 +174,24 @@ class _Merger:
         self.by_start[(span[0], s)].discard(b)
         self.starting_at[span[0]].discard(b)
         self.ending_at[span[1]].discard(b)
-        for spans in (self.spans_from[span[0]], self.spans_to[span[1]]):
-            spans[span] -= 1
-            if not spans[span]:
-                del spans[span]
-        heapq.heappush(self.todo[_CHAIN], (span[0], s))  # may have become unambiguous
-        heapq.heappush(self.todo[_CHAIN], (span[1], s))
+        if self.spans is not None:
+            self._count(span, -1)
+        if self.listing:
+            heapq.heappush(self.todo[_CHAIN], (span[0], s))  # may have become unambiguous
+            heapq.heappush(self.todo[_CHAIN], (span[1], s))
+
+    def _count(self, span: tuple[int, int], by: int) -> None:
+        """Count a block of lifetime ``span`` in (1) or out (-1) at its ends that force()
+        looks at: the lifetimes starting and ending at each, so that whether they are one is
+        known at once, however many blocks there are."""
+        assert self.spans is not None
+        for end, which in ((span[0], 0), (span[1], 1)):
+            counts = self.spans.get(end)
+            if counts is not None:
+                c = counts[which]
+                c[span] += by
+                if not c[span]:
+                    del c[span]
 
     def _busy(self, t: int) -> bool:
         """Whether chains at ``t`` wait (see :data:`QUIET_BOUNDARY`); never under ``"stack"``."""
@@ -193,7 +213,7 @@ class _Merger:
         self.kind.append(kind)
         self.alive.add(b)
         self._index(b)
-        for t in set(busy):
+        for t in set(busy) if self.listing else ():
             if not self._busy(t):
                 for c in (*self.ending_at[t], *self.starting_at[t]):
                     heapq.heappush(self.todo[_CHAIN], (t, self.size[c]))
@@ -223,12 +243,18 @@ class _Merger:
         times = np.unique(np.concatenate([p.lower[act], p.upper[act]]))
         full = np.flatnonzero((totals[:-1] == bound) & (totals[1:] == bound)) + 1
         forced = set(times[full].tolist())
+        if not forced:
+            return
+        self.spans = spans = {t: (Counter(), Counter()) for t in forced}
+        self.listing = False
+        for b in self.alive:
+            self._count((self.lo[b], self.up[b]), 1)
         todo = sorted(forced)
         heapq.heapify(todo)
         while todo:
             t = heapq.heappop(todo)
             n_end, n_start = len(self.ending_at[t]), len(self.starting_at[t])
-            one_end, one_start = len(self.spans_to[t]) == 1, len(self.spans_from[t]) == 1
+            one_start, one_end = (len(c) == 1 for c in spans[t])
             if not ((n_end == 1 and one_start) or (n_start == 1 and one_end)):
                 continue  # O(1): a busy boundary may be looked at once per merge beside it
             ending, starting = sorted(self.ending_at[t]), sorted(self.starting_at[t])
@@ -247,6 +273,11 @@ class _Merger:
             for end in (self.lo[a], self.up[b]):
                 if end in forced:
                     heapq.heappush(todo, end)
+        self.spans = None  # run() has no use for them
+        self.listing = True
+        if len(self.lo) > len(self.leaf):  # it merged: the work-lists are stale
+            for b in sorted(self.alive):
+                self._list(b)
 
     def run(self, first: int) -> None:
         """Merge until no key in either work-list allows a merge, ``first``'s list first."""
