@@ -77,8 +77,9 @@ def alone_us(work: Work, spec: DeviceSpec) -> float:
     """How long ``work`` takes alone on an idle device (the cost model's estimate)."""
     assert work.lane is not None, "a view takes no time"
     if work.lane in LINKS:
-        kind = "h2d" if work.lane == "h2d" else "d2h"
-        return estimate_us("dma", "u8", 0, work.copy_bytes, 1, spec, kind=kind, pinned=work.pinned)
+        return estimate_us(
+            "dma", "u8", 0, work.copy_bytes, 1, spec, kind=work.lane, pinned=work.pinned
+        )
     return estimate_us(work.lane, work.dtype, work.flops, work.hbm_bytes, work.cores, spec)
 
 

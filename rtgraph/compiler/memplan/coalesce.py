@@ -138,9 +138,10 @@ class _Merger:
         self.by_start: dict[tuple[int, int], set[int]] = defaultdict(set)
         self.todo: tuple[list, list] = ([], [])  # heaps of keys to look at, stacks and chains
         self.ending_at: dict[int, set[int]] = defaultdict(set)
-        # While force() runs: the lifetimes of the blocks starting / ending at a time, counted.
-        self.spans: dict[int, tuple[Counter[tuple[int, int]], ...]] | None = None
         self.starting_at: dict[int, set[int]] = defaultdict(set)
+        #: While force() runs: at each boundary it may merge at, the lifetimes of the blocks
+        #: starting and ending there, counted.
+        self.spans: dict[int, tuple[Counter[tuple[int, int]], ...]] | None = None
         #: Whether merges put keys on the work-lists (not while force() runs: it lists the
         #: blocks it leaves once, at its end).
         self.listing = True

@@ -94,10 +94,12 @@ def operand_axes(
     if node.op in ("quantize", "dequantize"):
         return tile_operands(axis, types, node.attrs)
     if node.op == "fused":
+        key = (node.attrs["body"], axis, tuple(types), out)
         try:
-            return _kept_fused(node.attrs["body"], axis, tuple(types), out)
-        except TypeError:  # a body that does not hash (lists in it): worked out afresh
-            return _fused(node.attrs["body"], axis, tuple(types), out)
+            hash(key)
+        except TypeError:  # a body that does not hash (lists in it): worked out, not kept
+            return _fused(*key)
+        return _kept_fused(*key)
     return None
 
 

@@ -422,11 +422,11 @@ def plan_tiling(program: Program, options: CompileOptions) -> list[RegionPlan]:
     plans = []
     for chain in chains(program):
         key = chain_shape(program, chain)
-        known = planned.get(key)
-        if known is None:
-            plans.append(planned.setdefault(key, plan_region(program, chain, options, room)))
+        if key in planned:
+            plans.append(replace(planned[key], chain=chain))
         else:
-            plans.append(replace(known, chain=chain))
+            plans.append(plan_region(program, chain, options, room))
+            planned[key] = plans[-1]
     return plans
 
 
