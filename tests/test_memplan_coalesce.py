@@ -144,6 +144,15 @@ def test_forced_merges_lose_no_plan_at_the_bound(records):
         assert brute_force_optimum(list(blocks.problem.records)) == bound
 
 
+def _forced_at(records: list[Record]) -> tuple[list[tuple[int, int, int]], dict[str, int]]:
+    """The forced blocks of ``records`` as ``(lower, upper, size)``, sorted, and each record's
+    offset when the blocks are placed at 0, 2, 4, …"""
+    merged = forced(build_problem(records))
+    blocks = sorted((r.lower, r.upper, r.size) for r in merged.problem.records)
+    at = merged.expand(np.arange(merged.problem.n, dtype=np.int64) * 2).tolist()
+    return blocks, dict(zip([r.id for r in records], at, strict=True))
+
+
 def test_forced_merges_fill_the_bytes_a_block_frees_between_full_sections():
     """Max-live is 6 everywhere: c lives throughout; when a (4 bytes) ends at 2, b1 and b2 (one
     lifetime) take exactly its bytes, and d, starting where they end, theirs — one block beside
@@ -155,12 +164,8 @@ def test_forced_merges_fill_the_bytes_a_block_frees_between_full_sections():
         Record("d", 5, 8, 4),
         Record("c", 0, 8, 2),
     ]
-    merged = forced(build_problem(full))
-    assert sorted((r.lower, r.upper, r.size) for r in merged.problem.records) == [
-        (0, 8, 2),
-        (0, 8, 4),
-    ]
-    offsets = dict(zip([r.id for r in full], merged.expand(np.array([0, 2])).tolist(), strict=True))
+    blocks, offsets = _forced_at(full)
+    assert blocks == [(0, 8, 2), (0, 8, 4)]
     assert offsets["a"] == offsets["d"] == min(offsets["b1"], offsets["b2"])
     assert abs(offsets["b1"] - offsets["b2"]) in (1, 3)  # side by side within a's bytes
     spare = [*full[:4], Record("c", 0, 2, 2), Record("e", 2, 8, 1)]  # after 2: 5 of 6 live
@@ -179,13 +184,8 @@ def test_a_forced_merge_can_make_another_boundary_forced():
         Record("e", 5, 8, 1),
         Record("f", 6, 8, 3),
     ]
-    merged = forced(build_problem(records))
-    assert sorted((r.lower, r.upper, r.size) for r in merged.problem.records) == [
-        (0, 8, 2),
-        (0, 8, 4),
-    ]
-    at = merged.expand(np.array([0, 2])).tolist()
-    offsets = dict(zip([r.id for r in records], at, strict=True))
+    blocks, offsets = _forced_at(records)
+    assert blocks == [(0, 8, 2), (0, 8, 4)]
     assert offsets["b1"] == offsets["e"] and offsets["b2"] == offsets["f"]
 
 
